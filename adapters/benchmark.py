@@ -1,0 +1,318 @@
+"""The canonical benchmark schema shared by every adapter, agent, store and flow.
+
+Everything that crosses a module border is one of these pydantic models, so a task loaded from
+WAA's JSON, an action chosen by a model and a result written to DuckDB all have one shape.
+Nothing here knows about Prefect, HTTP or a particular benchmark.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from typing import Any, Iterator, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+BBox = tuple[int, int, int, int]
+"""A screen rectangle in pixels: (left, top, right, bottom)."""
+
+
+class OutcomeKind(str, enum.Enum):
+    """How a task ended. Exactly one per stored result (DESIGN.md, "Errors and results")."""
+
+    SUCCESS = "success"
+    AGENT_FAILURE = "agent_failure"
+    SETUP_FAILURE = "setup_failure"
+    EVALUATION_ERROR = "evaluation_error"
+    INFRASTRUCTURE_ERROR = "infrastructure_error"
+    TIMEOUT = "timeout"
+
+    @property
+    def is_retryable(self) -> bool:
+        """Only infrastructure trouble is retried; every other outcome is a final result."""
+        return self is OutcomeKind.INFRASTRUCTURE_ERROR
+
+
+class UIElement(BaseModel):
+    """One node of an accessibility tree, with the id an agent can target."""
+
+    node_id: str
+    role: str
+    name: str = ""
+    bbox: BBox | None = None
+    text: str = ""
+    children: list[UIElement] = Field(default_factory=list)
+    attributes: dict[str, str] = Field(default_factory=dict)
+
+    def iter(self) -> Iterator[UIElement]:
+        """Depth-first walk over this node and all its descendants."""
+        yield self
+        for child in self.children:
+            yield from child.iter()
+
+    def find(
+        self, *, role: str | None = None, name: str | None = None, node_id: str | None = None
+    ) -> UIElement | None:
+        """The first descendant (or self) matching every given criterion, case-insensitively."""
+        for node in self.iter():
+            if node_id is not None and node.node_id != node_id:
+                continue
+            if role is not None and node.role.lower() != role.lower():
+                continue
+            if name is not None and node.name.lower() != name.lower():
+                continue
+            return node
+        return None
+
+    @property
+    def center(self) -> tuple[int, int] | None:
+        """Pixel centre of the bounding box, or None when the element has no box."""
+        if self.bbox is None:
+            return None
+        left, top, right, bottom = self.bbox
+        return (left + right) // 2, (top + bottom) // 2
+
+
+class BenchmarkTask(BaseModel):
+    """A task as the pipeline sees it, independent of the benchmark's file format."""
+
+    task_id: str
+    instruction: str
+    domain: str
+    initial_state_ref: str | None = None
+    time_limit_steps: int = Field(default=15, ge=1)
+    raw_config: dict[str, Any] = Field(default_factory=dict)
+    evaluation_spec: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def setup_steps(self) -> list[dict[str, Any]]:
+        """The task's setup steps (WAA's `config` list)."""
+        return list(self.raw_config.get("config") or [])
+
+    @property
+    def infeasible(self) -> bool:
+        """True when the task can only be solved by declaring it infeasible (WAA's FAIL)."""
+        func = self.evaluation_spec.get("func")
+        return func == "infeasible" or (isinstance(func, list) and "infeasible" in func)
+
+
+class BenchmarkObservation(BaseModel):
+    """What an agent sees after a reset or a step."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    screenshot: bytes | None = None
+    screenshot_path: str | None = None
+    viewport: tuple[int, int] | None = None
+    accessibility_tree: UIElement | None = None
+    dom_html: str | None = None
+    url: str | None = None
+    window_title: str | None = None
+    focused_element: UIElement | None = None
+    raw_observation: dict[str, Any] = Field(default_factory=dict)
+
+
+class ActionType(str, enum.Enum):
+    """Every action an agent may take."""
+
+    CLICK = "click"
+    DOUBLE_CLICK = "double_click"
+    RIGHT_CLICK = "right_click"
+    TYPE = "type"
+    KEY = "key"
+    SCROLL = "scroll"
+    DRAG = "drag"
+    ANSWER = "answer"
+    DONE = "done"
+    FAIL = "fail"
+    WAIT = "wait"
+
+    @property
+    def ends_episode(self) -> bool:
+        return self in (ActionType.DONE, ActionType.FAIL, ActionType.ANSWER)
+
+
+_POINTER_ACTIONS = {ActionType.CLICK, ActionType.DOUBLE_CLICK, ActionType.RIGHT_CLICK}
+
+
+class BenchmarkAction(BaseModel):
+    """One agent action. Coordinates are pixels unless `normalized` is set (then in [0, 1])."""
+
+    type: ActionType
+    x: float | None = None
+    y: float | None = None
+    normalized: bool = False
+    target_node_id: str | None = None
+    target_bbox: BBox | None = None
+    target_role: str | None = None
+    target_name: str | None = None
+    text: str | None = None
+    key: str | None = None
+    modifiers: list[str] = Field(default_factory=list)
+    scroll_direction: Literal["up", "down", "left", "right"] | None = None
+    scroll_amount: int = Field(default=3, ge=1, le=100)
+    end_x: float | None = None
+    end_y: float | None = None
+    answer: str | None = None
+    seconds: float = Field(default=1.0, ge=0, le=60)
+    reasoning: str | None = None
+    raw_action: Any = None
+
+    @field_validator("modifiers")
+    @classmethod
+    def _modifier_names(cls, value: list[str]) -> list[str]:
+        allowed = {"ctrl", "alt", "shift", "win"}
+        lowered = [m.lower() for m in value]
+        bad = [m for m in lowered if m not in allowed]
+        if bad:
+            raise ValueError(f"unknown modifier(s) {bad}; allowed: {sorted(allowed)}")
+        return lowered
+
+    @model_validator(mode="after")
+    def _required_fields(self) -> BenchmarkAction:
+        t = self.type
+        has_point = self.x is not None and self.y is not None
+        if t in _POINTER_ACTIONS and not (has_point or self.target_node_id or self.target_bbox):
+            raise ValueError(f"{t.value} needs x/y, target_node_id or target_bbox")
+        if t is ActionType.TYPE and self.text is None:
+            raise ValueError("type needs text")
+        if t is ActionType.KEY and not self.key:
+            raise ValueError("key needs a key name")
+        if t is ActionType.SCROLL and self.scroll_direction is None:
+            raise ValueError("scroll needs scroll_direction")
+        if t is ActionType.DRAG and not (has_point and self.end_x is not None and self.end_y is not None):
+            raise ValueError("drag needs x, y, end_x and end_y")
+        if t is ActionType.ANSWER and self.answer is None:
+            raise ValueError("answer needs answer text")
+        if self.normalized:
+            for name in ("x", "y", "end_x", "end_y"):
+                value = getattr(self, name)
+                if value is not None and not 0.0 <= value <= 1.0:
+                    raise ValueError(f"normalized {name}={value} is outside [0, 1]")
+        return self
+
+    def describe(self) -> str:
+        """A short human-readable form for logs and reports."""
+        parts = [self.type.value]
+        if self.target_node_id:
+            parts.append(f"[{self.target_node_id}]")
+        elif self.x is not None:
+            parts.append(f"({self.x:g}, {self.y:g}{' norm' if self.normalized else ''})")
+        if self.text is not None:
+            parts.append(repr(self.text))
+        if self.key:
+            parts.append("+".join([*self.modifiers, self.key]))
+        if self.scroll_direction:
+            parts.append(f"{self.scroll_direction} x{self.scroll_amount}")
+        if self.answer is not None:
+            parts.append(repr(self.answer))
+        return " ".join(parts)
+
+
+class StepRecord(BaseModel):
+    """One step of an episode, as stored for trajectories and reports."""
+
+    index: int
+    action: BenchmarkAction
+    screenshot_path: str | None = None
+    window_title: str | None = None
+    agent_seconds: float = 0.0
+    env_seconds: float = 0.0
+    error: str | None = None
+
+
+class BenchmarkResult(BaseModel):
+    """The single stored result of one task attempt."""
+
+    task_id: str
+    domain: str = ""
+    outcome: OutcomeKind
+    success: bool = False
+    score: float = Field(default=0.0, ge=0.0, le=1.0)
+    infeasible: bool = False
+    steps: list[StepRecord] = Field(default_factory=list)
+    num_steps: int = 0
+    error: str | None = None
+    reason: str | None = None
+    total_time_seconds: float = 0.0
+    timings: dict[str, float] = Field(default_factory=dict)
+    attempt: int = 1
+    vm_id: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BenchmarkResult:
+        if self.success != (self.outcome is OutcomeKind.SUCCESS):
+            raise ValueError(f"success={self.success} contradicts outcome={self.outcome.value}")
+        return self
+
+
+class Trajectory(BaseModel):
+    """A recorded episode from a static dataset."""
+
+    task_id: str
+    steps: list[StepRecord] = Field(default_factory=list)
+    source: str = ""
+
+
+class BenchmarkAdapter(abc.ABC):
+    """An interactive benchmark: tasks can be reset, stepped through and evaluated."""
+
+    @abc.abstractmethod
+    def list_tasks(self, domain: str | None = None) -> list[BenchmarkTask]:
+        """All tasks, optionally only those of one domain."""
+
+    @abc.abstractmethod
+    def load_task(self, task_id: str) -> BenchmarkTask:
+        """One task by id; raises KeyError naming the id when unknown."""
+
+    @abc.abstractmethod
+    def reset(self, task: BenchmarkTask) -> BenchmarkObservation:
+        """Bring the environment to the task's initial state and return the first observation."""
+
+    @abc.abstractmethod
+    def step(self, action: BenchmarkAction) -> tuple[BenchmarkObservation, bool, dict[str, Any]]:
+        """Apply one action; returns (observation, episode done, info)."""
+
+    @abc.abstractmethod
+    def evaluate(self, task: BenchmarkTask) -> BenchmarkResult:
+        """Score the environment's current state against the task."""
+
+    def close(self) -> None:
+        """Release any resources; the default holds none."""
+
+
+class StaticDatasetAdapter(abc.ABC):
+    """A benchmark made of recorded trajectories: nothing to reset or step."""
+
+    @abc.abstractmethod
+    def list_tasks(self, domain: str | None = None) -> list[BenchmarkTask]:
+        """All tasks, optionally only those of one domain."""
+
+    @abc.abstractmethod
+    def load_trajectories(self, task_id: str) -> list[Trajectory]:
+        """Every recorded trajectory for a task."""
+
+    def reset(self, task: BenchmarkTask) -> BenchmarkObservation:
+        raise NotImplementedError(f"{type(self).__name__} is a static dataset: it cannot be reset")
+
+    def step(self, action: BenchmarkAction) -> tuple[BenchmarkObservation, bool, dict[str, Any]]:
+        raise NotImplementedError(f"{type(self).__name__} is a static dataset: it cannot be stepped")
+
+
+class BenchmarkAgent(abc.ABC):
+    """Anything that chooses actions from observations."""
+
+    name: str = "agent"
+
+    @abc.abstractmethod
+    def act(
+        self, task: BenchmarkTask, observation: BenchmarkObservation, history: list[StepRecord]
+    ) -> BenchmarkAction:
+        """The next action for this observation."""
+
+    def reset(self, task: BenchmarkTask) -> None:
+        """Forget per-episode state before a new task."""
+
+    def config(self) -> dict[str, Any]:
+        """The settings that identify this agent in stored results (never secrets)."""
+        return {"name": self.name}

@@ -1,0 +1,36 @@
+"""Shared fixtures: a throwaway Prefect home and, for flow tests, one Prefect test server."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Before Prefect is imported anywhere: keep tests out of the developer's ~/.prefect, quiet logs.
+_PREFECT_HOME = tempfile.mkdtemp(prefix="arena-test-prefect-")
+os.environ.setdefault("PREFECT_HOME", _PREFECT_HOME)
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+
+SHARED_TASKS = Path(__file__).resolve().parents[2] / "shared" / "waa-tasks"
+
+
+@pytest.fixture(scope="session")
+def prefect_server() -> Iterator[None]:
+    """One Prefect test server for every flow test of the session (starting one takes ~10 s)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90):
+        yield
+
+
+@pytest.fixture(scope="session")
+def waa_tasks_dir() -> Path:
+    """The 154 real WAA tasks beside the project, or a clean skip when they are absent."""
+    if not (SHARED_TASKS / "test_all.json").exists():
+        pytest.skip(f"real WAA tasks not found at {SHARED_TASKS}")
+    return SHARED_TASKS
