@@ -1,0 +1,1 @@
+"""Simulated applications: Notepad (with its file dialogs), File Explorer and Settings."""

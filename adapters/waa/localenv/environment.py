@@ -1,0 +1,146 @@
+"""The whole simulated machine: disk, desktop, ``computer`` state and named snapshots.
+
+One lock guards every change, because the HTTP server is threaded.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import shlex
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from . import actioncode
+from .desktop import Desktop
+from .filesystem import SimFileSystem
+
+_GET_REG = re.compile(r"^Get-ItemPropertyValue -Path '([^'\r\n]+)' -Name '([^'\r\n]+)'$")
+_SET_REG = re.compile(r"^Set-ItemProperty -Path '([^'\r\n]+)' -Name '([^'\r\n]+)' -Value '([^'\r\n]*)'$")
+_PYTHONS = {"python", "python.exe", "python3", "python3.exe", "py", "py.exe", "pythonw", "pythonw.exe"}
+
+
+class SimEnvironment:
+    """State and behaviour behind the HTTP routes."""
+
+    def __init__(self, root: Path, width: int = 1280, height: int = 800,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.lock = threading.RLock()
+        self.fs = SimFileSystem(root)
+        self.fs.initialise()
+        self.desk = Desktop(self.fs, width, height)
+        self.computer: actioncode.ComputerState | None = None
+        self.snapshots: dict[str, tuple[Any, ...]] = {}
+        self.sleep = sleep
+
+    # -- snapshots -------------------------------------------------------------------------
+    def save_snapshot(self, name: str) -> None:
+        """Capture disk, desktop, registry, clipboard, pointer and computer state."""
+        with self.lock:
+            self.snapshots[name] = (self.fs.capture(), self.desk.capture(), copy.deepcopy(self.computer))
+
+    def load_snapshot(self, name: str) -> bool:
+        """Restore a snapshot exactly; False when it does not exist."""
+        with self.lock:
+            snap = self.snapshots.get(name)
+            if snap is None:
+                return False
+            self.fs.restore(snap[0])
+            self.desk.restore(snap[1])
+            self.computer = copy.deepcopy(snap[2])
+            return True
+
+    # -- /execute --------------------------------------------------------------------------
+    def execute(self, command: Any, shell: bool) -> dict[str, Any]:
+        """What ``subprocess.run`` would report for the command, as the /execute JSON body."""
+        if isinstance(command, str) and not shell:
+            argv = shlex.split(command)
+        elif isinstance(command, list):
+            argv = [str(c) for c in command]
+        else:
+            argv = None  # a shell string
+        if argv is None:
+            # cmd.exe would parse it; accept only the exact registry query form.
+            m = re.match(r'^powershell(?:\.exe)? -Command "(.*)"$', str(command).strip(), re.S | re.I)
+            if m:
+                return self._powershell(m.group(1))
+            first = str(command).strip().split(" ", 1)[0] if str(command).strip() else ""
+            return self._unavailable(first)
+        if not argv:
+            return self._unavailable("")
+        prog = argv[0].replace("\\", "/").rsplit("/", 1)[-1].lower()
+        if prog in _PYTHONS and len(argv) == 3 and argv[1] == "-c":
+            return self._python(argv[2])
+        if prog in ("powershell", "powershell.exe") and len(argv) == 3 and argv[1].lower() == "-command":
+            return self._powershell(argv[2])
+        return self._unavailable(argv[0])
+
+    @staticmethod
+    def _result(output: str = "", error: str = "", returncode: int = 0) -> dict[str, Any]:
+        return {"status": "success", "output": output, "error": error, "returncode": returncode}
+
+    def _unavailable(self, prog: str) -> dict[str, Any]:
+        return self._result(error=f"'{prog}' is not available in the WAA simulation "
+                                  "(only pyautogui action code and registry queries are)\n", returncode=1)
+
+    def _python(self, source: str) -> dict[str, Any]:
+        try:
+            ops = actioncode.parse(source, dialect="python")
+        except actioncode.ActionError as exc:
+            return self._result(error=exc.traceback_text(), returncode=1)
+        runner = actioncode.Runner(self.desk, failsafe=True, sleep=self._sleep_unlocked)
+        try:
+            with self.lock:
+                runner.run(ops)
+        except actioncode.ActionError as exc:
+            return self._result(output="".join(runner.stdout), error=exc.traceback_text(), returncode=1)
+        return self._result(output="".join(runner.stdout))
+
+    def _powershell(self, script: str) -> dict[str, Any]:
+        script = script.strip()
+        with self.lock:
+            m = _GET_REG.match(script)
+            if m:
+                path, name = m.groups()
+                try:
+                    has_key = self.desk.registry.has_key(path)
+                    value = self.desk.registry.get(path, name)
+                except ValueError:
+                    has_key, value = False, None
+                if not has_key:
+                    return self._result(error=f"Get-ItemPropertyValue : Cannot find path '{path}' because it does "
+                                              "not exist.\n", returncode=1)
+                if value is None:
+                    return self._result(error=f"Get-ItemPropertyValue : Property {name} does not exist at path "
+                                              f"{path}.\n", returncode=1)
+                return self._result(output=f"{value}\n")
+            m = _SET_REG.match(script)
+            if m:
+                path, name, raw = m.groups()
+                try:
+                    old = self.desk.registry.get(path, name)
+                    value: int | str = int(raw) if isinstance(old, int) and re.fullmatch(r"-?\d+", raw) else raw
+                    self.desk.registry.set(path, name, value)
+                except ValueError:
+                    return self._result(error=f"Set-ItemProperty : Cannot find drive for path '{path}'.\n", returncode=1)
+                return self._result()
+        return self._unavailable("powershell")
+
+    def _sleep_unlocked(self, seconds: float) -> None:
+        # time.sleep in action code must not freeze screenshots and other requests meanwhile.
+        self.lock.release()
+        try:
+            self.sleep(seconds)
+        finally:
+            self.lock.acquire()
+
+    # -- /execute_windows ------------------------------------------------------------------
+    def execute_windows(self, source: str) -> str:
+        """Run ``computer.*`` code; returns captured stdout, raises ActionError on failure."""
+        ops = actioncode.parse(source, dialect="computer")
+        with self.lock:
+            runner = actioncode.Runner(self.desk, failsafe=False, computer=self.computer, sleep=self._sleep_unlocked)
+            runner.run(ops)
+        return "".join(runner.stdout)

@@ -1,0 +1,107 @@
+"""Start the WAA simulation as a child process and hand back a handle to it.
+
+This is what the project's local VM provider calls::
+
+    handle = start_local_env(tmp_path / "vm")
+    requests.get(handle.base_url + "/probe")
+    handle.stop()
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+# The repository root, so ``python -m adapters.waa.localenv`` resolves in the child.
+_REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+class LocalEnvError(RuntimeError):
+    """The simulation process failed to start."""
+
+
+@dataclass
+class LocalEnvHandle:
+    """A running simulation process."""
+
+    base_url: str
+    pid: int
+    root: Path
+    log_path: Path
+    _proc: subprocess.Popen = field(repr=False)
+
+    def alive(self) -> bool:
+        """True while the process runs."""
+        return self._proc.poll() is None
+
+    def stop(self, timeout: float = 5) -> None:
+        """Terminate (SIGTERM), then kill if it has not exited within timeout seconds."""
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(timeout)
+        if self._proc.stdout:
+            self._proc.stdout.close()
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def start_local_env(root: Path, *, width: int = 1280, height: int = 800, startup_timeout: float = 30.0,
+                    log_path: Path | None = None) -> LocalEnvHandle:
+    """Start a simulation serving on a free loopback port, wait until /probe answers."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(tempfile.mkdtemp(prefix="waa-sim-"))
+    port_file = run_dir / "port"
+    log_path = Path(log_path) if log_path else run_dir / "server.log"
+    log = open(log_path, "ab")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH", "")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    cmd = [sys.executable, "-m", "adapters.waa.localenv", "--host", "127.0.0.1", "--port", "0", "--root", str(root),
+           "--port-file", str(port_file), "--width", str(width), "--height", str(height)]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                            cwd=str(_REPO_ROOT))
+    log.close()
+    deadline = time.monotonic() + startup_timeout
+
+    def fail(why: str) -> LocalEnvError:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        return LocalEnvError(f"WAA simulation {why}; log {log_path}:\n{_tail(log_path)}")
+
+    while not port_file.exists():
+        if proc.poll() is not None:
+            raise fail(f"exited with code {proc.returncode} before listening")
+        if time.monotonic() > deadline:
+            raise fail(f"did not start within {startup_timeout} s")
+        time.sleep(0.05)
+    base_url = f"http://127.0.0.1:{int(port_file.read_text().strip())}"
+    while True:
+        try:
+            if requests.get(base_url + "/probe", timeout=2).status_code == 200:
+                break
+        except requests.RequestException:
+            pass
+        if proc.poll() is not None:
+            raise fail(f"exited with code {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise fail(f"did not answer /probe within {startup_timeout} s")
+        time.sleep(0.05)
+    return LocalEnvHandle(base_url=base_url, pid=proc.pid, root=root, log_path=log_path, _proc=proc)

@@ -1,0 +1,162 @@
+"""Screenshots of the simulated desktop, drawn with Pillow from the same control trees that the
+accessibility tree exports, so every box an agent reads is exactly where it is drawn.
+
+Uses Pillow's built-in bitmap font (no font files) and a cached background, so a 1280x800 frame
+renders in a few milliseconds. A "SIMULATED" watermark sits in the top-right corner.
+"""
+
+from __future__ import annotations
+
+import io
+from functools import lru_cache
+
+from PIL import Image, ImageDraw, ImageFont
+
+from . import SIMULATION_LABEL
+from .desktop import Control, Desktop
+
+BG = (32, 78, 120)
+FRAME = (120, 120, 120)
+FOCUS = (0, 103, 192)
+SELECT = (204, 228, 247)
+
+
+def _bitmap_font() -> ImageFont.ImageFont:
+    try:
+        # Pillow >= 10.1 returns a FreeType font from load_default(); ask for the bitmap one.
+        return _cached_font()
+    except AttributeError:  # pragma: no cover - older Pillow: load_default() is the bitmap font
+        return ImageFont.load_default()
+
+
+@lru_cache(maxsize=1)
+def _cached_font() -> ImageFont.ImageFont:
+    return ImageFont.load_default_imagefont()  # type: ignore[attr-defined]
+
+
+CHAR_W = 6  # the bitmap font is fixed-width enough for clipping
+
+
+@lru_cache(maxsize=4)
+def _background(width: int, height: int) -> Image.Image:
+    return Image.new("RGB", (width, height), BG)
+
+
+def _clip(text: str, width: int, tail: bool = False) -> str:
+    n = max(0, (width - 8) // CHAR_W)
+    if len(text) <= n:
+        return text
+    return text[-n:] if tail else text[: max(0, n - 1)] + "~"
+
+
+class _Painter:
+    def __init__(self, img: Image.Image) -> None:
+        self.d = ImageDraw.Draw(img)
+        self.font = _bitmap_font()
+
+    def text(self, xy: tuple[int, int], s: str, fill=(0, 0, 0)) -> None:
+        self.d.text(xy, s, fill=fill, font=self.font)
+
+    def control(self, c: Control) -> None:
+        x0, y0, x1, y1 = c.rect
+        box = (x0, y0, x1 - 1, y1 - 1)
+        cy = (y0 + y1) // 2 - 5
+        role, cls = c.role, c.class_name
+        if cls == "ToggleSwitch":
+            on = bool(c.checked)
+            self.d.rounded_rectangle(box, radius=(y1 - y0) // 2, fill=FOCUS if on else (255, 255, 255),
+                                     outline=(60, 60, 60), width=2 if c.focused else 1)
+            knob_x = x1 - (y1 - y0) + 4 if on else x0 + 4
+            self.d.ellipse((knob_x, y0 + 6, knob_x + (y1 - y0) - 12, y1 - 7), fill=(255, 255, 255) if on else (60, 60, 60))
+            self.text((x0 - 40, cy), "On" if on else "Off", fill=(0, 0, 0))
+        elif role == "Window":
+            self.d.rectangle(box, fill=(250, 250, 250), outline=FRAME)
+        elif role == "TitleBar":
+            self.d.rectangle(box, fill=(235, 238, 242))
+            self.text((x0 + 10, cy), _clip(c.name, x1 - x0 - 160))
+        elif role == "Button":
+            if c.name == "Close" and c.key == "__close":
+                self.text((x0 + 20, cy), "X")
+            elif c.name == "Minimize" and c.key == "__minimize":
+                self.text((x0 + 20, cy), "_")
+            else:
+                self.d.rectangle(box, fill=(229, 241, 251) if c.selected else (240, 240, 240),
+                                 outline=FOCUS if c.focused else (170, 170, 170))
+                self.text((x0 + 8, cy), _clip(c.name, x1 - x0))
+        elif role == "Edit":
+            self.d.rectangle(box, fill=(255, 255, 255), outline=FOCUS if c.focused else (150, 150, 150),
+                             width=2 if c.focused else 1)
+            lines = c.text.split("\n")
+            max_lines = max(1, (y1 - y0 - 6) // 12)
+            shown = lines[-max_lines:]
+            for i, line in enumerate(shown):
+                line = _clip(line.replace("\t", "    "), x1 - x0, tail=True)
+                ty = y0 + 4 + 12 * i if len(lines) > 1 or (y1 - y0) > 40 else cy
+                if c.text_selected and line:
+                    self.d.rectangle((x0 + 3, ty, x0 + 5 + CHAR_W * len(line), ty + 11), fill=SELECT)
+                self.text((x0 + 4, ty), line)
+            if c.focused:  # caret after the last character
+                last = _clip(shown[-1].replace("\t", "    "), x1 - x0, tail=True)
+                cx = x0 + 4 + CHAR_W * len(last)
+                ty = y0 + 4 + 12 * (len(shown) - 1) if len(lines) > 1 or (y1 - y0) > 40 else cy
+                self.d.line((cx, ty, cx, ty + 11), fill=(0, 0, 0))
+        elif role == "ListItem":
+            if c.selected:
+                self.d.rectangle(box, fill=SELECT, outline=FOCUS if c.focused else SELECT)
+            indent = 8
+            if c.value is not None:  # Explorer items: a folder or file icon
+                icon = (230, 190, 80) if c.value == "File folder" else (200, 200, 200)
+                self.d.rectangle((x0 + 4, y0 + 4, x0 + 18, y1 - 5), fill=icon)
+                indent = 26
+            self.text((x0 + indent, cy), _clip(c.name, x1 - x0 - indent))
+        elif role == "ComboBox":
+            self.d.rectangle(box, fill=(255, 255, 255), outline=FOCUS if c.focused else (150, 150, 150))
+            self.text((x0 + 8, cy), _clip(c.value or "", x1 - x0 - 20))
+            self.text((x1 - 16, cy), "v")
+        elif role in ("Menu",) or (role == "List" and c.name == "Run Storage Sense"):
+            self.d.rectangle(box, fill=(255, 255, 255), outline=(100, 100, 100))
+        elif role == "MenuItem":
+            if c.expanded:
+                self.d.rectangle(box, fill=SELECT)
+            self.text((x0 + 8, cy), _clip(c.name, x1 - x0))
+        elif role == "Text":
+            self.text((x0 + 2, cy), _clip(c.name, x1 - x0))
+        elif role in ("List", "ToolBar", "StatusBar", "MenuBar"):
+            self.d.rectangle(box, outline=(225, 225, 225))
+        for ch in c.children:
+            self.control(ch)
+
+
+def render(desk: Desktop, *, cursor: bool = True) -> Image.Image:
+    """Draw the whole screen."""
+    img = _background(desk.width, desk.height).copy()
+    p = _Painter(img)
+    for icon in desk.build_desktop_icons().children[0].children:
+        x0, y0, x1, y1 = icon.rect
+        p.d.rectangle((x0 + 24, y0 + 6, x1 - 24, y0 + 44), fill=(230, 190, 80) if "." not in icon.name else (240, 240, 240))
+        p.text((x0 + 2, y0 + 52), _clip(icon.name, x1 - x0), fill=(255, 255, 255))
+    for win in desk.visible_windows():
+        p.control(win.build(desk))
+    bar = desk.build_taskbar()
+    p.d.rectangle(bar.rect, fill=(30, 30, 30))
+    for b in bar.children:
+        x0, y0, x1, y1 = b.rect
+        p.d.rectangle((x0, y0, x1 - 1, y1 - 1), fill=(70, 70, 70) if b.selected else (45, 45, 45))
+        p.text((x0 + 8, (y0 + y1) // 2 - 5), _clip(b.name, x1 - x0), fill=(255, 255, 255))
+    # Watermark: this is not a real Windows screen.
+    wm = f" {SIMULATION_LABEL} "
+    wx = desk.width - CHAR_W * len(wm) - 12
+    p.d.rectangle((wx - 4, 4, desk.width - 8, 20), fill=(255, 255, 255), outline=(200, 0, 0))
+    p.text((wx, 7), wm, fill=(200, 0, 0))
+    if cursor:
+        mx, my = desk.mouse
+        p.d.polygon([(mx, my), (mx, my + 16), (mx + 4, my + 12), (mx + 8, my + 19), (mx + 10, my + 18),
+                     (mx + 7, my + 11), (mx + 12, my + 11)], fill=(255, 255, 255), outline=(0, 0, 0))
+    return img
+
+
+def png_bytes(img: Image.Image) -> bytes:
+    """Encode as PNG (fast compression: screenshots are taken every step)."""
+    buf = io.BytesIO()
+    img.save(buf, format="PNG", compress_level=1)
+    return buf.getvalue()
