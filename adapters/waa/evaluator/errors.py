@@ -1,0 +1,34 @@
+"""Errors the evaluator raises itself, classified by the outcome they must produce.
+
+Getter and metric code raises ordinary Python exceptions where WAA's code would; the engine
+decides, following WAA's own evaluate(), whether such an exception scores 0 or ends the
+evaluation. The classes here are different: they are never swallowed into a score.
+"""
+
+from __future__ import annotations
+
+
+class EvaluatorError(Exception):
+    """Base class of the evaluator's own errors."""
+
+
+class EvaluationConfigError(EvaluatorError):
+    """The evaluation cannot be carried out as specified (bad spec, unknown name, offline cache
+    miss, ...). Always ends as an `evaluation_error`, even where WAA would have scored 0."""
+
+
+class MissingDependencyError(EvaluationConfigError):
+    """A getter or metric needs an optional package that is not installed."""
+
+    def __init__(self, what: str, packages: str) -> None:
+        super().__init__(
+            f"{what} needs {packages}, which is not installed: install the extra 'metrics' "
+            f"(pip install 'waa-arena[metrics]')"
+        )
+        self.what = what
+        self.packages = packages
+
+
+class HostNetworkError(EvaluatorError):
+    """The evaluation host could not reach an outside server (e.g. a cloud_file URL): a transient
+    infrastructure problem, so the outcome is an `infrastructure_error` and the task is retried."""
