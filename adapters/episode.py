@@ -1,0 +1,137 @@
+"""The agent episode loop: observe, act, apply, until the agent ends it or a limit is reached.
+
+Prefect task timeouts cannot interrupt blocking calls in worker threads (notes/prefect.md), so the
+wall-clock limit is enforced here, between steps. Failures are sorted by whose fault they are: a
+VM that stops answering is infrastructure (retried elsewhere), an agent that crashes or keeps
+choosing impossible actions is the agent's failure (a result).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from adapters.benchmark import (
+    BenchmarkAction,
+    BenchmarkAgent,
+    BenchmarkObservation,
+    BenchmarkTask,
+    OutcomeKind,
+    StepRecord,
+)
+from adapters.waa.actions import ActionTranslationError
+from adapters.waa.errors import WAAConnectionError, WAAError
+
+
+class EpisodeEnvironment(Protocol):
+    """What the loop needs from an environment (WAALiveAdapter provides it)."""
+
+    def observe(self) -> BenchmarkObservation: ...
+
+    def apply(self, action: BenchmarkAction) -> None: ...
+
+    def settle(self) -> None: ...
+
+
+@dataclass
+class EpisodeLimits:
+    max_steps: int = 15
+    wall_clock_seconds: float = 1200.0
+    # An agent whose actions fail this many times in a row is ended as an agent failure.
+    max_consecutive_action_errors: int = 5
+
+
+@dataclass
+class EpisodeOutcome:
+    """What happened in the episode; `final_outcome` is set only when the episode itself decided."""
+
+    steps: list[StepRecord] = field(default_factory=list)
+    last_action: BenchmarkAction | None = None
+    final_outcome: OutcomeKind | None = None
+    error: str | None = None
+    agent_seconds: float = 0.0
+    env_seconds: float = 0.0
+
+
+def run_episode(
+    env: EpisodeEnvironment,
+    agent: BenchmarkAgent,
+    task: BenchmarkTask,
+    limits: EpisodeLimits,
+    screenshot_dir: Path | None = None,
+    first_observation: BenchmarkObservation | None = None,
+) -> EpisodeOutcome:
+    """Play one episode. Never raises for agent or VM trouble: it is reported in the outcome."""
+    outcome = EpisodeOutcome()
+    started = time.monotonic()
+    consecutive_errors = 0
+    agent.reset(task)
+    try:
+        t0 = time.monotonic()
+        observation = first_observation or env.observe()
+        outcome.env_seconds += time.monotonic() - t0
+        for index in range(min(limits.max_steps, task.time_limit_steps)):
+            if time.monotonic() - started > limits.wall_clock_seconds:
+                outcome.final_outcome = OutcomeKind.TIMEOUT
+                outcome.error = f"episode exceeded its wall-clock limit of {limits.wall_clock_seconds:g} s"
+                return outcome
+            screenshot_path = _save_screenshot(observation, screenshot_dir, index)
+            t0 = time.monotonic()
+            try:
+                action = agent.act(task, observation, list(outcome.steps))
+            except Exception as exc:  # noqa: BLE001 - any agent crash is the agent's failure
+                outcome.agent_seconds += time.monotonic() - t0
+                outcome.final_outcome = OutcomeKind.AGENT_FAILURE
+                outcome.error = f"agent {agent.name} raised {type(exc).__name__}: {exc}"
+                return outcome
+            agent_seconds = time.monotonic() - t0
+            outcome.agent_seconds += agent_seconds
+            t0 = time.monotonic()
+            step_error = None
+            try:
+                env.apply(action)
+            except WAAConnectionError:
+                raise
+            except (ActionTranslationError, WAAError, RuntimeError) as exc:
+                step_error = str(exc)
+            outcome.last_action = action
+            if step_error is None and not action.type.ends_episode:
+                env.settle()
+                observation = env.observe()
+            env_seconds = time.monotonic() - t0
+            outcome.env_seconds += env_seconds
+            outcome.steps.append(
+                StepRecord(
+                    index=index,
+                    action=action,
+                    screenshot_path=screenshot_path,
+                    window_title=observation.window_title,
+                    agent_seconds=agent_seconds,
+                    env_seconds=env_seconds,
+                    error=step_error,
+                )
+            )
+            if action.type.ends_episode:
+                return outcome
+            consecutive_errors = consecutive_errors + 1 if step_error else 0
+            if consecutive_errors >= limits.max_consecutive_action_errors:
+                outcome.final_outcome = OutcomeKind.AGENT_FAILURE
+                outcome.error = f"{consecutive_errors} actions in a row failed; last: {step_error}"
+                return outcome
+        return outcome
+    except WAAConnectionError as exc:
+        outcome.final_outcome = OutcomeKind.INFRASTRUCTURE_ERROR
+        outcome.error = str(exc)
+        return outcome
+
+
+def _save_screenshot(observation: BenchmarkObservation, directory: Path | None, index: int) -> str | None:
+    """Screenshots live as files next to the results (DuckDB stores only their paths)."""
+    if directory is None or observation.screenshot is None:
+        return observation.screenshot_path
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"step_{index:03d}.png"
+    path.write_bytes(observation.screenshot)
+    return str(path)

@@ -1,0 +1,164 @@
+"""Translate a BenchmarkAction into the pyautogui code WAA's server runs through /execute.
+
+This is WAA's `pyautogui` action space: the server runs
+`python -c "import pyautogui; ...; <code>"`. Every string an agent supplies (typed text, key names)
+is embedded with `repr()`, which always yields one complete Python string literal, so no content
+(quotes, newlines, backslashes, `'); import os #`) can leave the literal and become code. Key names
+are additionally checked against pyautogui's key list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from adapters.benchmark import ActionType, BenchmarkAction, UIElement
+
+# pyautogui's fail-safe fires when the pointer reaches a screen corner; keep every pointer
+# position this many pixels away from the edges.
+EDGE_MARGIN_PX = 2
+
+# The key names pyautogui accepts (its KEYBOARD_KEYS), minus platform-only oddities.
+_NAMED_KEYS = {
+    "\t", "\n", "\r", " ", "accept", "add", "alt", "altleft", "altright", "apps", "backspace",
+    "browserback", "browserfavorites", "browserforward", "browserhome", "browserrefresh",
+    "browsersearch", "browserstop", "capslock", "clear", "convert", "ctrl", "ctrlleft",
+    "ctrlright", "decimal", "del", "delete", "divide", "down", "end", "enter", "esc", "escape",
+    "execute", "f1", "f2", "f3", "f4", "f5", "f6", "f7", "f8", "f9", "f10", "f11", "f12", "f13",
+    "f14", "f15", "f16", "f17", "f18", "f19", "f20", "f21", "f22", "f23", "f24", "final", "fn",
+    "help", "home", "insert", "left", "launchapp1", "launchapp2", "launchmail",
+    "launchmediaselect", "modechange", "multiply", "nexttrack", "nonconvert", "num0", "num1",
+    "num2", "num3", "num4", "num5", "num6", "num7", "num8", "num9", "numlock", "pagedown",
+    "pageup", "pause", "pgdn", "pgup", "playpause", "prevtrack", "print", "printscreen",
+    "prntscrn", "prtsc", "prtscr", "return", "right", "scrolllock", "select", "separator",
+    "shift", "shiftleft", "shiftright", "sleep", "space", "stop", "subtract", "tab", "up",
+    "volumedown", "volumemute", "volumeup", "win", "winleft", "winright", "yen", "command",
+    "option", "optionleft", "optionright",
+}
+_KEY_ALIASES = {
+    "control": "ctrl", "cmd": "win", "super": "win", "meta": "win", "windows": "win",
+    "return": "enter", "arrowdown": "down", "arrowup": "up", "arrowleft": "left",
+    "arrowright": "right", "page_down": "pagedown", "page_up": "pageup", "escape": "esc",
+    "spacebar": "space", "bksp": "backspace",
+}
+
+# pyautogui on Windows types only these characters; anything else is silently dropped there.
+TYPABLE = {chr(c) for c in range(0x20, 0x7F)} | {"\n", "\t", "\b"}
+
+PREAMBLE = "import pyautogui; import time; pyautogui.FAILSAFE = False; "
+
+
+class ActionTranslationError(ValueError):
+    """The action cannot be expressed on the VM (unknown key, unknown element id, ...)."""
+
+
+@dataclass(frozen=True)
+class Screen:
+    """What translation needs to know about the screen: its size and the current UI tree."""
+
+    width: int
+    height: int
+    tree: UIElement | None = None
+
+
+def normalize_key(name: str) -> str:
+    """pyautogui's name for a key, or ActionTranslationError naming the bad key."""
+    raw = name
+    key = name.strip().lower().replace(" ", "")
+    key = _KEY_ALIASES.get(key, key)
+    if len(name) == 1:
+        key = name.lower() if name.isalpha() else name
+    if key in _NAMED_KEYS or (len(key) == 1 and key in TYPABLE):
+        return key
+    raise ActionTranslationError(f"unknown key {raw!r}")
+
+
+def split_key_combo(action: BenchmarkAction) -> list[str]:
+    """The keys of a KEY action in press order: modifiers first, then "ctrl+s" style parts."""
+    assert action.key is not None
+    parts = [action.key] if len(action.key) == 1 else [p for p in action.key.split("+") if p != ""]
+    if action.key.endswith("++"):  # "ctrl++" means ctrl and the plus key
+        parts.append("+")
+    return [normalize_key(k) for k in [*action.modifiers, *parts]]
+
+
+def untypable_characters(text: str) -> set[str]:
+    """Characters that pyautogui on Windows would drop silently."""
+    return {ch for ch in text if ch not in TYPABLE}
+
+
+def resolve_point(action: BenchmarkAction, screen: Screen, *, end: bool = False) -> tuple[int, int]:
+    """Pixel coordinates for an action, from its element, bbox or (normalized) x/y, clamped."""
+    if not end and action.target_node_id is not None and action.x is None:
+        if screen.tree is None:
+            raise ActionTranslationError(
+                f"element [{action.target_node_id}] cannot be resolved: no accessibility tree observed"
+            )
+        element = screen.tree.find(node_id=action.target_node_id)
+        if element is None or element.center is None:
+            raise ActionTranslationError(f"element [{action.target_node_id}] is not on screen")
+        x, y = element.center
+    elif not end and action.target_bbox is not None and action.x is None:
+        left, top, right, bottom = action.target_bbox
+        x, y = (left + right) / 2, (top + bottom) / 2
+    else:
+        x, y = (action.end_x, action.end_y) if end else (action.x, action.y)
+        if x is None or y is None:
+            raise ActionTranslationError(f"{action.type.value} has no coordinates")
+        if action.normalized:
+            x, y = x * (screen.width - 1), y * (screen.height - 1)
+    return clamp(round(x), round(y), screen)
+
+
+def clamp(x: int, y: int, screen: Screen) -> tuple[int, int]:
+    """Keep a point on screen and away from the corners, where pyautogui's fail-safe fires."""
+    x = min(max(x, EDGE_MARGIN_PX), screen.width - 1 - EDGE_MARGIN_PX)
+    y = min(max(y, EDGE_MARGIN_PX), screen.height - 1 - EDGE_MARGIN_PX)
+    return x, y
+
+
+def to_pyautogui(action: BenchmarkAction, screen: Screen) -> str | None:
+    """The pyautogui code for one action, or None for actions that touch nothing on the VM."""
+    t = action.type
+    if t in (ActionType.DONE, ActionType.FAIL, ActionType.ANSWER):
+        return None
+    if t is ActionType.WAIT:
+        return f"time.sleep({float(action.seconds)!r})"
+    if t in (ActionType.CLICK, ActionType.DOUBLE_CLICK, ActionType.RIGHT_CLICK):
+        x, y = resolve_point(action, screen)
+        call = {"click": "click", "double_click": "doubleClick", "right_click": "rightClick"}[t.value]
+        code = f"pyautogui.{call}({x}, {y})"
+        if action.modifiers:
+            keys = [normalize_key(m) for m in action.modifiers]
+            downs = "; ".join(f"pyautogui.keyDown({k!r})" for k in keys)
+            ups = "; ".join(f"pyautogui.keyUp({k!r})" for k in reversed(keys))
+            code = f"{downs}; {code}; {ups}"
+        return code
+    if t is ActionType.TYPE:
+        assert action.text is not None
+        return f"pyautogui.write({action.text!r}, interval=0.01)"
+    if t is ActionType.KEY:
+        keys = split_key_combo(action)
+        if len(keys) == 1:
+            return f"pyautogui.press({keys[0]!r})"
+        return "pyautogui.hotkey(" + ", ".join(repr(k) for k in keys) + ")"
+    if t is ActionType.SCROLL:
+        amount = int(action.scroll_amount)
+        where = ""
+        if action.x is not None or action.target_node_id is not None or action.target_bbox is not None:
+            x, y = resolve_point(action, screen)
+            where = f", x={x}, y={y}"
+        if action.scroll_direction in ("up", "down"):
+            clicks = amount if action.scroll_direction == "up" else -amount
+            return f"pyautogui.scroll({clicks}{where})"
+        clicks = amount if action.scroll_direction == "right" else -amount
+        return f"pyautogui.hscroll({clicks}{where})"
+    if t is ActionType.DRAG:
+        x, y = resolve_point(action, screen)
+        ex, ey = resolve_point(action, screen, end=True)
+        return f"pyautogui.moveTo({x}, {y}); pyautogui.dragTo({ex}, {ey}, duration=0.5, button='left')"
+    raise ActionTranslationError(f"no translation for action type {t.value}")
+
+
+def to_execute_command(code: str) -> list[str]:
+    """The /execute payload that runs `code` with pyautogui, as WAA's action space does."""
+    return ["python", "-c", PREAMBLE + code]

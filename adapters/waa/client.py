@@ -1,0 +1,334 @@
+"""HTTP client for the WAA server that runs inside a Windows VM (or the local simulation).
+
+One method per server route, typed results, a timeout per route, and retries with backoff only
+where a repeat is harmless (reads). The client hides none of the server's quirks from callers
+that need them (yes/no answers carried by status codes, /execute answering 200 for a failed
+command) but turns each into a typed value, and every failure into a `WAAError` that names the
+route (see adapters/waa/errors.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+from adapters.waa.errors import WAAConnectionError, WAAError, WAAHTTPError
+
+
+@dataclass(frozen=True)
+class WAATimeouts:
+    """Read timeouts in seconds per kind of route; the accessibility tree can take minutes."""
+
+    connect: float = 5.0
+    default: float = 30.0
+    accessibility: float = 300.0
+    execute: float = 130.0  # the server's own subprocess timeout is 120 s
+    probe: float = 5.0
+
+
+@dataclass(frozen=True)
+class ExecuteResult:
+    """The answer of POST /execute: HTTP 200 even when the command failed (check returncode)."""
+
+    status: str
+    output: str
+    error: str
+    returncode: int
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+@dataclass(frozen=True)
+class WinAgentObservation:
+    """The answer of GET /obs_winagent."""
+
+    image_png: bytes | None
+    window_title: str
+    window_rect: list[int] | None
+    window_names: str
+    clipboard: str
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)
+
+
+class WAAClient:
+    """A client for one WAA server at `base_url` (for example http://127.0.0.1:5000)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeouts: WAATimeouts | None = None,
+        read_retries: int = 3,
+        backoff_seconds: float = 0.5,
+        session: requests.Session | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeouts = timeouts or WAATimeouts()
+        self.read_retries = read_retries
+        self.backoff_seconds = backoff_seconds
+        self._session = session or requests.Session()
+
+    def close(self) -> None:
+        self._session.close()
+
+    def __repr__(self) -> str:
+        return f"WAAClient({self.base_url!r})"
+
+    # -- transport -------------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        route: str,
+        *,
+        timeout: float | None = None,
+        idempotent: bool = False,
+        ok_statuses: tuple[int, ...] = (200,),
+        **kwargs: Any,
+    ) -> requests.Response:
+        """Send one request; retry connection errors and 5xx only when `idempotent`."""
+        attempts = 1 + (self.read_retries if idempotent else 0)
+        read_timeout = timeout if timeout is not None else self.timeouts.default
+        last_error: WAAError | None = None
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(self.backoff_seconds * (2 ** (attempt - 1)))
+            try:
+                response = self._session.request(
+                    method,
+                    self.base_url + route,
+                    timeout=(self.timeouts.connect, read_timeout),
+                    **kwargs,
+                )
+            except requests.Timeout as exc:
+                last_error = WAAConnectionError(route, f"no answer within {read_timeout:g} s ({exc})")
+                continue
+            except requests.ConnectionError as exc:
+                last_error = WAAConnectionError(route, f"cannot connect to {self.base_url} ({exc})")
+                continue
+            if response.status_code in ok_statuses:
+                return response
+            error = WAAHTTPError(route, response.status_code, _error_message(response))
+            if response.status_code >= 500 and idempotent:
+                last_error = error
+                continue
+            raise error
+        assert last_error is not None
+        raise last_error
+
+    def _json(self, response: requests.Response, route: str) -> Any:
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise WAAHTTPError(route, response.status_code, f"answer is not JSON: {exc}") from exc
+
+    def _yes_no(self, route: str, payload: dict[str, Any]) -> bool:
+        """The yes/no routes answer 200 for yes and 400 for no."""
+        response = self._request("POST", route, json=payload, idempotent=True, ok_statuses=(200, 400))
+        return response.status_code == 200
+
+    # -- readiness -------------------------------------------------------------------------
+
+    def probe(self) -> bool:
+        """True when GET /probe answers 200 right now; never raises."""
+        try:
+            self._request("GET", "/probe", timeout=self.timeouts.probe)
+        except WAAError:
+            return False
+        return True
+
+    def wait_until_ready(self, deadline_seconds: float, poll_seconds: float = 1.0) -> float:
+        """Poll /probe until it answers; returns the seconds waited, raises on the deadline."""
+        start = time.monotonic()
+        while True:
+            if self.probe():
+                return time.monotonic() - start
+            waited = time.monotonic() - start
+            if waited >= deadline_seconds:
+                raise WAAConnectionError("/probe", f"server not ready after {waited:.1f} s at {self.base_url}")
+            time.sleep(min(poll_seconds, max(0.0, deadline_seconds - waited)))
+
+    # -- observation -----------------------------------------------------------------------
+
+    def screenshot(self) -> bytes:
+        """PNG bytes of the whole screen (GET /screenshot)."""
+        return self._request("GET", "/screenshot", idempotent=True).content
+
+    def accessibility(self, backend: str = "uia") -> str:
+        """The accessibility tree as XML (GET /accessibility); slow on real VMs."""
+        response = self._request(
+            "GET",
+            "/accessibility",
+            params={"backend": backend},
+            timeout=self.timeouts.accessibility,
+            idempotent=True,
+        )
+        body = self._json(response, "/accessibility")
+        if not isinstance(body, dict) or "AT" not in body:
+            raise WAAHTTPError("/accessibility", response.status_code, "answer has no 'AT' key")
+        return str(body["AT"])
+
+    def obs_winagent(self) -> WinAgentObservation:
+        """Foreground window picture, title, rect and window list (GET /obs_winagent)."""
+        response = self._request("GET", "/obs_winagent", idempotent=True)
+        body = self._json(response, "/obs_winagent")
+        image = body.get("image")
+        return WinAgentObservation(
+            image_png=base64.b64decode(image) if image else None,
+            window_title=str(body.get("window_title") or ""),
+            window_rect=body.get("rect"),
+            window_names=str(body.get("window_names_str") or ""),
+            clipboard=str(body.get("computer_clipboard") or ""),
+            raw={k: v for k, v in body.items() if k != "image"},
+        )
+
+    def platform(self) -> str:
+        return self._request("GET", "/platform", idempotent=True).text.strip()
+
+    def screen_size(self) -> tuple[int, int]:
+        body = self._json(self._request("POST", "/screen_size", idempotent=True), "/screen_size")
+        return int(body["width"]), int(body["height"])
+
+    def desktop_path(self) -> str:
+        body = self._json(self._request("POST", "/desktop_path", idempotent=True), "/desktop_path")
+        return str(body["desktop_path"])
+
+    def documents_path(self) -> str:
+        body = self._json(self._request("POST", "/documents_path", idempotent=True), "/documents_path")
+        return str(body["documents_path"])
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def execute(self, command: list[str] | str, shell: bool = False) -> ExecuteResult:
+        """Run a command on the VM (POST /execute). A failed command is a result, not an error."""
+        response = self._request(
+            "POST", "/execute", json={"command": command, "shell": shell}, timeout=self.timeouts.execute
+        )
+        body = self._json(response, "/execute")
+        return ExecuteResult(
+            status=str(body.get("status", "")),
+            output=str(body.get("output") or ""),
+            error=str(body.get("error") or ""),
+            returncode=int(body.get("returncode", -1)),
+        )
+
+    def execute_windows(self, code: str) -> None:
+        """Run `computer.*` code in the server process (POST /execute_windows); 500 = failure."""
+        self._request("POST", "/execute_windows", json={"command": code}, timeout=self.timeouts.execute)
+
+    def update_computer(self, payload: dict[str, Any]) -> None:
+        """Send Set-of-Marks rects and the screenshot the ids refer to (POST /update_computer)."""
+        self._request("POST", "/update_computer", json=payload)
+
+    # -- files -----------------------------------------------------------------------------
+
+    def get_file(self, path: str) -> bytes | None:
+        """The bytes of a VM file (POST /file), or None when it does not exist (404)."""
+        response = self._request(
+            "POST", "/file", data={"file_path": path}, idempotent=True, ok_statuses=(200, 404)
+        )
+        return response.content if response.status_code == 200 else None
+
+    def list_directory(self, path: str) -> dict[str, Any] | None:
+        """The directory tree under `path` (POST /list_directory), or None when it is no directory."""
+        response = self._request(
+            "POST", "/list_directory", json={"path": path}, idempotent=True, ok_statuses=(200, 400)
+        )
+        if response.status_code == 400:
+            return None
+        return self._json(response, "/list_directory").get("directory_tree")
+
+    def file_exists(self, folder: str, file_name: str) -> bool:
+        """True when `file_name` is a file inside `folder` (POST /file_exists: 200 yes, 400 no)."""
+        return self._yes_no("/file_exists", {"path": folder, "file_name": file_name})
+
+    def folder_exists(self, folder: str, folder_name: str) -> bool:
+        """True when `folder_name` is a directory inside `folder` (POST /folder_exists)."""
+        return self._yes_no("/folder_exists", {"path": folder, "folder_name": folder_name})
+
+    # -- setup -----------------------------------------------------------------------------
+
+    def setup_launch(self, command: str | list[str], shell: bool = False) -> None:
+        """Start a program without waiting; WAA answers 200 even when it does not exist."""
+        self._request("POST", "/setup/launch", json={"command": command, "shell": shell})
+
+    def setup_open_file(self, path: str) -> bool:
+        """Open a file with its default program; False when the file does not exist (404)."""
+        response = self._request(
+            "POST", "/setup/open_file", json={"path": path}, timeout=60, ok_statuses=(200, 404)
+        )
+        return response.status_code == 200
+
+    def setup_activate_window(self, window_name: str, strict: bool = False, by_class: bool = False) -> bool:
+        """True when a matching window exists (and, strictly, became active); False on 404."""
+        response = self._request(
+            "POST",
+            "/setup/activate_window",
+            json={"window_name": window_name, "strict": strict, "by_class": by_class},
+            ok_statuses=(200, 404),
+        )
+        return response.status_code == 200
+
+    def setup_close_window(self, window_name: str, strict: bool = False, by_class: bool = False) -> bool:
+        response = self._request(
+            "POST",
+            "/setup/close_window",
+            json={"window_name": window_name, "strict": strict, "by_class": by_class},
+            ok_statuses=(200, 404),
+        )
+        return response.status_code == 200
+
+    def setup_close_all(self) -> None:
+        self._request("POST", "/setup/close_all", json={})
+
+    def setup_clear_task_files(self) -> None:
+        self._request("POST", "/setup/clear_task_files", json={})
+
+    def setup_create_folder(self, path: str) -> None:
+        self._request("POST", "/setup/create_folder", json={"path": path})
+
+    def setup_create_file(self, path: str, content: str = "") -> None:
+        self._request("POST", "/setup/create_file", json={"path": path, "content": content})
+
+    def setup_recycle(self, path: str) -> None:
+        self._request("POST", "/setup/recycle", json={"path": path})
+
+    def setup_upload(self, path: str, data: bytes) -> None:
+        """Write `data` to `path` on the VM (multipart POST /setup/upload)."""
+        self._request(
+            "POST",
+            "/setup/upload",
+            data={"file_path": path},
+            files={"file_data": ("file", data)},
+            timeout=max(self.timeouts.default, 120.0),
+        )
+
+    def setup_execute(self, command: list[str] | str, shell: bool = False) -> ExecuteResult:
+        """The same handler as /execute, under the setup prefix WAA's setup controller uses."""
+        response = self._request(
+            "POST", "/setup/execute", json={"command": command, "shell": shell}, timeout=self.timeouts.execute
+        )
+        body = self._json(response, "/setup/execute")
+        return ExecuteResult(
+            status=str(body.get("status", "")),
+            output=str(body.get("output") or ""),
+            error=str(body.get("error") or ""),
+            returncode=int(body.get("returncode", -1)),
+        )
+
+
+def _error_message(response: requests.Response) -> str:
+    """The server's own error message when it sent one, else a short body excerpt."""
+    try:
+        body = response.json()
+        if isinstance(body, dict) and body.get("message"):
+            return str(body["message"])[:500]
+    except ValueError:
+        pass
+    return response.text[:200] or response.reason or "no body"

@@ -1,0 +1,29 @@
+"""Errors raised when talking to a WAA server, split by whose fault they are.
+
+A `WAAConnectionError` means the VM could not be reached or did not answer in time: an
+infrastructure problem that is retried, never scored. A `WAAHTTPError` means the server answered
+with a status the caller did not expect for that endpoint.
+"""
+
+from __future__ import annotations
+
+
+class WAAError(Exception):
+    """Any failure talking to a WAA server; `endpoint` names the route that failed."""
+
+    def __init__(self, endpoint: str, message: str) -> None:
+        super().__init__(f"WAA {endpoint}: {message}")
+        self.endpoint = endpoint
+        self.message = message
+
+
+class WAAConnectionError(WAAError):
+    """The server could not be reached, or did not answer within the endpoint's timeout."""
+
+
+class WAAHTTPError(WAAError):
+    """The server answered with an unexpected HTTP status."""
+
+    def __init__(self, endpoint: str, status: int, message: str) -> None:
+        super().__init__(endpoint, f"HTTP {status}: {message}")
+        self.status = status

@@ -1,0 +1,203 @@
+"""The WAA live adapter: drives one WAA server (a real VM or the local simulation) over HTTP.
+
+It knows nothing of Prefect or of VM providers: it is given a client for a server that is up,
+and offers the pipeline's per-task pieces separately (clean the desktop, run the task's setup,
+observe, step, evaluate) so each can be timed and retried on its own, plus the whole
+BenchmarkAdapter interface on top of them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from adapters.benchmark import (
+    ActionType,
+    BenchmarkAction,
+    BenchmarkAdapter,
+    BenchmarkObservation,
+    BenchmarkResult,
+    BenchmarkTask,
+    OutcomeKind,
+)
+from adapters.waa.accessibility import focused_element, parse_accessibility_xml
+from adapters.waa.actions import Screen, to_execute_command, to_pyautogui
+from adapters.waa.catalog import WAATaskCatalog
+from adapters.waa.client import WAAClient
+from adapters.waa.evaluator import evaluate_task
+from adapters.waa.setup_steps import SetupRunner
+
+ObservationType = Literal["screenshot", "a11y_tree", "screenshot_a11y_tree"]
+
+
+class ActionRejected(RuntimeError):
+    """The VM refused or failed to run an action (bad key, code error, fail-safe)."""
+
+
+@dataclass(frozen=True)
+class LiveAdapterSettings:
+    """Per-environment knobs; the defaults suit a real WAA VM."""
+
+    observation_type: ObservationType = "screenshot_a11y_tree"
+    accessibility_backend: str = "uia"
+    # WAA waits after every action so the UI settles before the next observation.
+    settle_seconds: float = 3.0
+    offline_evaluation: bool = False
+
+
+class WAALiveAdapter(BenchmarkAdapter):
+    """BenchmarkAdapter over one WAA server."""
+
+    def __init__(
+        self,
+        client: WAAClient,
+        catalog: WAATaskCatalog,
+        cache_dir: Path,
+        settings: LiveAdapterSettings | None = None,
+    ) -> None:
+        self.client = client
+        self.catalog = catalog
+        self.cache_dir = cache_dir
+        self.settings = settings or LiveAdapterSettings()
+        self.setup_runner = SetupRunner(client, cache_dir)
+        self._screen_size: tuple[int, int] | None = None
+        self._last_observation: BenchmarkObservation | None = None
+        self._last_action: BenchmarkAction | None = None
+
+    # -- catalog ---------------------------------------------------------------------------
+
+    def list_tasks(self, domain: str | None = None) -> list[BenchmarkTask]:
+        return self.catalog.tasks(domains=[domain] if domain else None)
+
+    def load_task(self, task_id: str) -> BenchmarkTask:
+        return self.catalog.load(task_id)
+
+    # -- per-task pieces -------------------------------------------------------------------
+
+    def clean_desktop(self) -> None:
+        """WAA's own reset: close every window and clear the task files in Downloads."""
+        clean_desktop(self.client)
+        self._last_observation = None
+        self._last_action = None
+
+    def run_setup(self, task: BenchmarkTask) -> None:
+        """Run the task's `config` steps; raises SetupStepError naming a failed step."""
+        self.setup_runner.run(task.setup_steps)
+
+    def screen_size(self) -> tuple[int, int]:
+        if self._screen_size is None:
+            self._screen_size = self.client.screen_size()
+        return self._screen_size
+
+    def observe(self) -> BenchmarkObservation:
+        """Screenshot, accessibility tree and window title, as the settings ask."""
+        kind = self.settings.observation_type
+        screenshot = self.client.screenshot() if "screenshot" in kind else None
+        tree = None
+        if "a11y" in kind:
+            tree = parse_accessibility_xml(self.client.accessibility(self.settings.accessibility_backend))
+        window = self.client.obs_winagent()
+        observation = BenchmarkObservation(
+            screenshot=screenshot,
+            viewport=self.screen_size(),
+            accessibility_tree=tree,
+            window_title=window.window_title,
+            focused_element=focused_element(tree) if tree is not None else None,
+            raw_observation={"window_names": window.window_names, "window_rect": window.window_rect},
+        )
+        self._last_observation = observation
+        return observation
+
+    def apply(self, action: BenchmarkAction) -> None:
+        """Run one action on the VM; raises ActionRejected when the VM could not run it."""
+        self._last_action = action
+        tree = self._last_observation.accessibility_tree if self._last_observation else None
+        width, height = self.screen_size()
+        code = to_pyautogui(action, Screen(width=width, height=height, tree=tree))
+        if code is None:
+            return
+        result = self.client.execute(to_execute_command(code))
+        if not result.ok:
+            detail = (result.error or result.output).strip().splitlines()
+            raise ActionRejected(
+                f"{action.describe()} failed on the VM (returncode {result.returncode}): "
+                f"{detail[-1] if detail else 'no output'}"
+            )
+
+    @property
+    def last_action(self) -> BenchmarkAction | None:
+        return self._last_action
+
+    # -- BenchmarkAdapter ------------------------------------------------------------------
+
+    def reset(self, task: BenchmarkTask) -> BenchmarkObservation:
+        self.clean_desktop()
+        self.run_setup(task)
+        return self.observe()
+
+    def step(self, action: BenchmarkAction) -> tuple[BenchmarkObservation, bool, dict[str, Any]]:
+        info: dict[str, Any] = {}
+        try:
+            self.apply(action)
+        except ActionRejected as exc:
+            info["error"] = str(exc)
+        if action.type.ends_episode:
+            return self._last_observation or BenchmarkObservation(), True, info
+        self.settle()
+        return self.observe(), False, info
+
+    def settle(self) -> None:
+        """Let the UI settle after an action, as WAA's runner does, before observing again."""
+        if self.settings.settle_seconds:
+            time.sleep(self.settings.settle_seconds)
+
+    def evaluate(self, task: BenchmarkTask) -> BenchmarkResult:
+        """Run postconfig and the task's evaluator against the VM's current state."""
+        last = self._last_action
+        outcome = evaluate_task(
+            task.evaluation_spec,
+            self.client,
+            last_action=waa_last_action(last),
+            cache_dir=self.cache_dir,
+            run_postconfig=self.setup_runner.run,
+            offline=self.settings.offline_evaluation,
+        )
+        if outcome.kind == "scored":
+            success = outcome.score >= 1.0
+            kind = OutcomeKind.SUCCESS if success else OutcomeKind.AGENT_FAILURE
+        elif outcome.kind == "infrastructure_error":
+            success, kind = False, OutcomeKind.INFRASTRUCTURE_ERROR
+        else:
+            success, kind = False, OutcomeKind.EVALUATION_ERROR
+        return BenchmarkResult(
+            task_id=task.task_id,
+            domain=task.domain,
+            outcome=kind,
+            success=success,
+            score=outcome.score if outcome.kind == "scored" else 0.0,
+            infeasible=task.infeasible,
+            reason=outcome.reason,
+            error=None if outcome.kind == "scored" else outcome.reason,
+        )
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def clean_desktop(client: WAAClient) -> None:
+    """WAA's own between-task reset: close every window, clear the files in Downloads."""
+    client.setup_close_all()
+    client.setup_clear_task_files()
+
+
+def waa_last_action(action: BenchmarkAction | None) -> str | None:
+    """The last action as WAA's evaluator sees it: the strings "FAIL"/"DONE", else a description."""
+    if action is None:
+        return None
+    if action.type is ActionType.FAIL:
+        return "FAIL"
+    if action.type is ActionType.DONE:
+        return "DONE"
+    return action.describe()

@@ -1,0 +1,199 @@
+"""Run WAA task setup steps (a task's `config`, and `postconfig` before evaluation).
+
+Each step is `{"type": T, "parameters": {...}}` as in WAA's task files. Unlike WAA's own setup
+controller, which logs most HTTP failures and carries on, a step that fails here raises
+`SetupStepError` naming the step, so a broken setup is reported as a setup failure instead of
+being scored as an agent failure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from pathlib import Path, PureWindowsPath
+from typing import Any
+
+import requests
+
+from adapters.waa.client import ExecuteResult, WAAClient
+from adapters.waa.errors import WAAConnectionError, WAAError
+
+# WAA's `until` loop: retry every 0.3 s, give up after 5 failed requests. WAA retries forever
+# while requests succeed but the condition is unmet; we stop after UNTIL_MAX_ATTEMPTS (~30 s).
+UNTIL_POLL_SECONDS = 0.3
+UNTIL_MAX_FAILURES = 5
+UNTIL_MAX_ATTEMPTS = 100
+
+
+class SetupStepError(RuntimeError):
+    """A setup step failed; the message names the step's position and type."""
+
+    def __init__(self, index: int, step_type: str, message: str) -> None:
+        super().__init__(f"setup step {index} ({step_type}): {message}")
+        self.index = index
+        self.step_type = step_type
+
+
+class SetupRunner:
+    """Applies setup steps to one VM through its WAA client."""
+
+    def __init__(
+        self,
+        client: WAAClient,
+        cache_dir: Path,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        download_timeout: float = 120.0,
+    ) -> None:
+        self.client = client
+        self.cache_dir = cache_dir
+        self._sleep = sleep
+        self.download_timeout = download_timeout
+        self._handlers: dict[str, Callable[..., None]] = {
+            "launch": self._launch,
+            "open": self._open,
+            "sleep": self._sleep_step,
+            "activate_window": self._activate_window,
+            "execute": self._execute,
+            "command": self._execute,
+            "create_folder": self._create_folder,
+            "create_file": self._create_file,
+            "recycle_file": self._recycle_file,
+            "download": self._download,
+            "close_all": self._close_all,
+        }
+
+    @property
+    def supported_types(self) -> list[str]:
+        return sorted(self._handlers)
+
+    def run(self, steps: list[dict[str, Any]]) -> None:
+        """Run steps in order; the first failure raises SetupStepError (connection errors pass)."""
+        for index, step in enumerate(steps):
+            if not isinstance(step, dict) or not isinstance(step.get("type"), str):
+                raise SetupStepError(index, "?", f"step is not {{'type': ..., 'parameters': ...}}: {step!r:.200}")
+            step_type = step["type"]
+            handler = self._handlers.get(step_type)
+            if handler is None:
+                raise SetupStepError(
+                    index, step_type, f"unsupported step type; supported: {', '.join(self.supported_types)}"
+                )
+            parameters = step.get("parameters") or {}
+            if not isinstance(parameters, dict):
+                raise SetupStepError(index, step_type, f"parameters must be an object, got {type(parameters).__name__}")
+            try:
+                handler(**parameters)
+            except WAAConnectionError:
+                raise  # the VM is gone: infrastructure, not a setup failure
+            except TypeError as exc:
+                raise SetupStepError(index, step_type, f"bad parameters {sorted(parameters)}: {exc}") from exc
+            except (WAAError, ValueError, OSError, requests.RequestException) as exc:
+                raise SetupStepError(index, step_type, str(exc)) from exc
+
+    # -- step handlers: keyword names are WAA's parameter names --------------------------------
+
+    def _launch(self, command: str | list[str], shell: bool = False) -> None:
+        if not command:
+            raise ValueError("empty command")
+        self.client.setup_launch(command, shell)
+
+    def _open(self, path: str) -> None:
+        if not self.client.setup_open_file(path):
+            raise ValueError(f"file to open does not exist on the VM: {path}")
+
+    def _sleep_step(self, seconds: float) -> None:
+        self._sleep(float(seconds))
+
+    def _activate_window(self, window_name: str, strict: bool = False, by_class: bool = False) -> None:
+        if not self.client.setup_activate_window(window_name, strict=strict, by_class=by_class):
+            raise ValueError(f"no window matching {window_name!r}")
+
+    def _execute(
+        self,
+        command: str | list[str],
+        stdout: str = "",
+        stderr: str = "",
+        shell: bool = False,
+        until: dict[str, Any] | None = None,
+    ) -> None:
+        if not command:
+            raise ValueError("empty command")
+        until = until or {}
+        failures = 0
+        for _attempt in range(UNTIL_MAX_ATTEMPTS):
+            result: ExecuteResult | None
+            try:
+                result = self.client.setup_execute(command, shell=shell)
+            except WAAConnectionError:
+                raise
+            except WAAError:
+                result = None
+                failures += 1
+            if result is not None:
+                self._save_output(stdout, result.output)
+                self._save_output(stderr, result.error)
+                if not until:
+                    return
+                if _until_met(until, result):
+                    return
+            elif not until:
+                raise ValueError(f"command failed on the VM: {command!r:.200}")
+            if failures >= UNTIL_MAX_FAILURES:
+                break
+            self._sleep(UNTIL_POLL_SECONDS)
+        raise ValueError(f"'until' condition {until} never met for {command!r:.200}")
+
+    def _save_output(self, name: str, text: str) -> None:
+        if name:
+            target = self.cache_dir / Path(name).name  # never write outside the cache
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+
+    def _create_folder(self, path: str) -> None:
+        if not path:
+            raise ValueError("empty path")
+        self.client.setup_create_folder(path)
+
+    def _create_file(self, path: str, content: str = "") -> None:
+        if not path:
+            raise ValueError("empty path")
+        self.client.setup_create_file(path, content)
+
+    def _recycle_file(self, path: str) -> None:
+        if not path:
+            raise ValueError("empty path")
+        self.client.setup_recycle(path)
+
+    def _close_all(self) -> None:
+        self.client.setup_close_all()
+
+    def _download(self, files: list[dict[str, str]]) -> None:
+        for entry in files:
+            url, path = entry.get("url"), entry.get("path")
+            if not url or not path:
+                raise ValueError(f"download entry needs url and path, got {entry!r}")
+            self.client.setup_upload(path, self._fetch_cached(url, PureWindowsPath(path).name))
+
+    def _fetch_cached(self, url: str, name: str) -> bytes:
+        """Download on the host once per URL (WAA's behaviour), then reuse the cached copy."""
+        digest = hashlib.sha256(url.encode()).hexdigest()[:32]
+        cached = self.cache_dir / "downloads" / f"{digest}_{Path(name).name}"
+        if cached.exists():
+            return cached.read_bytes()
+        response = requests.get(url, timeout=self.download_timeout)
+        response.raise_for_status()
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(cached.suffix + ".part")
+        partial.write_bytes(response.content)
+        partial.replace(cached)
+        return response.content
+
+
+def _until_met(until: dict[str, Any], result: ExecuteResult) -> bool:
+    """WAA's `until`: any one of returncode / stdout substring / stderr substring matches."""
+    return bool(
+        ("returncode" in until and result.returncode == until["returncode"])
+        or ("stdout" in until and str(until["stdout"]) in result.output)
+        or ("stderr" in until and str(until["stderr"]) in result.error)
+    )

@@ -1,0 +1,109 @@
+"""Action translation: every action type, clamping, and hostile strings staying data."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from adapters.benchmark import ActionType, BenchmarkAction, UIElement
+from adapters.waa.actions import (
+    ActionTranslationError,
+    Screen,
+    normalize_key,
+    to_execute_command,
+    to_pyautogui,
+    untypable_characters,
+)
+
+SCREEN = Screen(width=1280, height=800)
+
+HOSTILE = [
+    "it's \"quoted\"",
+    "line one\nline two\r\n",
+    "'); import os; os.system('x') #",
+    '"""; __import__("os").system("x"); """',
+    "back\\slash \\' \\\" end\\",
+    "{__import__('os')}",
+]
+
+
+def _calls(code: str) -> list[ast.Call]:
+    tree = ast.parse(code)
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_typed_text_is_one_literal(text: str) -> None:
+    code = to_pyautogui(BenchmarkAction(type=ActionType.TYPE, text=text), SCREEN)
+    assert code is not None
+    calls = _calls(code)
+    assert len(calls) == 1, code
+    call = calls[0]
+    assert ast.unparse(call.func) == "pyautogui.write"
+    assert isinstance(call.args[0], ast.Constant) and call.args[0].value == text
+    # The whole /execute program parses to exactly the preamble's statements plus this call.
+    program = to_execute_command(code)[2]
+    names = {ast.unparse(c.func) for c in _calls(program)}
+    assert names == {"pyautogui.write"}
+
+
+def test_every_action_type_translates() -> None:
+    tree = UIElement(node_id="root", role="desktop", children=[UIElement(node_id="7", role="Button", name="Save", bbox=(100, 100, 140, 120))])
+    screen = Screen(1280, 800, tree)
+    cases = {
+        ActionType.CLICK: ({"x": 10, "y": 20}, "pyautogui.click(10, 20)"),
+        ActionType.DOUBLE_CLICK: ({"target_node_id": "7"}, "pyautogui.doubleClick(120, 110)"),
+        ActionType.RIGHT_CLICK: ({"x": 0.5, "y": 0.5, "normalized": True}, "pyautogui.rightClick(640, 400)"),
+        ActionType.TYPE: ({"text": "hi"}, "pyautogui.write('hi', interval=0.01)"),
+        ActionType.KEY: ({"key": "s", "modifiers": ["ctrl"]}, "pyautogui.hotkey('ctrl', 's')"),
+        ActionType.SCROLL: ({"scroll_direction": "down", "scroll_amount": 2}, "pyautogui.scroll(-2)"),
+        ActionType.DRAG: ({"x": 10, "y": 10, "end_x": 50, "end_y": 60}, "pyautogui.dragTo(50, 60"),
+        ActionType.WAIT: ({"seconds": 0.5}, "time.sleep(0.5)"),
+    }
+    for action_type, (fields, expected) in cases.items():
+        code = to_pyautogui(BenchmarkAction(type=action_type, **fields), screen)
+        assert code is not None and expected in code, (action_type, code)
+    for ending in (ActionType.DONE, ActionType.FAIL):
+        assert to_pyautogui(BenchmarkAction(type=ending), screen) is None
+    assert to_pyautogui(BenchmarkAction(type=ActionType.ANSWER, answer="42"), screen) is None
+
+
+def test_corners_are_clamped_away_from_the_failsafe() -> None:
+    for x, y in [(0, 0), (1279, 799), (-50, 5000)]:
+        code = to_pyautogui(BenchmarkAction(type=ActionType.CLICK, x=x, y=y), SCREEN)
+        call = _calls(code)[0]
+        px, py = (a.value for a in call.args)
+        assert 0 < px < 1279 and 0 < py < 799
+
+
+def test_key_names_are_checked() -> None:
+    assert normalize_key("Enter") == "enter"
+    assert normalize_key("Return") == "enter"
+    assert normalize_key("PageDown") == "pagedown"
+    with pytest.raises(ActionTranslationError, match="unknown key"):
+        to_pyautogui(BenchmarkAction(type=ActionType.KEY, key="enter'); import os; ('"), SCREEN)
+    combo = to_pyautogui(BenchmarkAction(type=ActionType.KEY, key="ctrl+shift+s"), SCREEN)
+    assert combo == "pyautogui.hotkey('ctrl', 'shift', 's')"
+
+
+def test_unknown_element_and_missing_tree_are_errors() -> None:
+    with pytest.raises(ActionTranslationError, match="no accessibility tree"):
+        to_pyautogui(BenchmarkAction(type=ActionType.CLICK, target_node_id="3"), SCREEN)
+    screen = Screen(1280, 800, UIElement(node_id="0", role="desktop"))
+    with pytest.raises(ActionTranslationError, match=r"\[3\] is not on screen"):
+        to_pyautogui(BenchmarkAction(type=ActionType.CLICK, target_node_id="3"), screen)
+
+
+def test_schema_rejects_incomplete_actions() -> None:
+    with pytest.raises(ValueError, match="type needs text"):
+        BenchmarkAction(type=ActionType.TYPE)
+    with pytest.raises(ValueError, match="outside"):
+        BenchmarkAction(type=ActionType.CLICK, x=1.5, y=0.2, normalized=True)
+    with pytest.raises(ValueError, match="unknown modifier"):
+        BenchmarkAction(type=ActionType.KEY, key="a", modifiers=["hyper"])
+
+
+def test_untypable_characters_are_reported() -> None:
+    assert untypable_characters("héllo\r") == {"é", "\r"}
+    assert untypable_characters("plain ascii\n\t") == set()
