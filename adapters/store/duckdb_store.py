@@ -1,0 +1,679 @@
+"""The DuckDB result store: one file holds every run, task result and step.
+
+Query it with any DuckDB client, e.g. ``duckdb results.duckdb``. All TIMESTAMP columns are UTC
+(naive timestamps); all durations are in seconds.
+
+Schema (version 1)
+------------------
+
+``schema_version(version INTEGER)``
+    One row: the schema version the file was written with. Code refuses a file whose version is
+    newer than the one it knows, rather than misreading it.
+
+``runs`` -- one row per evaluation run (its provenance).
+    ==================== ========= =========================================================
+    run_id               VARCHAR   primary key
+    started_at           TIMESTAMP when the run started
+    finished_at          TIMESTAMP when it finished; NULL while running or if interrupted
+    status               VARCHAR   free text set by the flow, e.g. running/completed/failed
+    agent                VARCHAR   agent name
+    agent_config         JSON      agent settings, with secret-looking keys removed
+    model_id             VARCHAR   model or checkpoint identifier
+    suite                VARCHAR   task suite name (e.g. "waa/test_all" or a path)
+    suite_hash           VARCHAR   sha256 of the suite files (WAATaskCatalog.content_hash)
+    task_count           INTEGER   number of tasks selected for the run
+    pool_size            INTEGER   number of VMs / concurrent episodes
+    provider             VARCHAR   VM provider: local, azure, aws, ...
+    reset_level          VARCHAR   how the VM was reset before each task
+    code_revision        VARCHAR   git revision of this code
+    prefect_flow_run_id  VARCHAR   the Prefect flow run that produced it
+    environment          VARCHAR   e.g. "local-simulation" (simulated desktop) or a VM image
+    ==================== ========= =========================================================
+
+``task_results`` -- one row per task *attempt*; primary key (run_id, task_id, attempt).
+    ==================== ========= =========================================================
+    run_id, task_id      VARCHAR   the run and the WAA task id
+    domain               VARCHAR   WAA domain (chrome, vlc, ...)
+    attempt              INTEGER   1 for the first try; infrastructure errors are retried
+                                   with a higher attempt number
+    outcome              VARCHAR   success, agent_failure, setup_failure, evaluation_error,
+                                   infrastructure_error or timeout (OutcomeKind)
+    success              BOOLEAN   outcome = 'success'
+    score                DOUBLE    evaluator score in [0, 1] (may be fractional)
+    infeasible           BOOLEAN   the task is one of WAA's infeasible tasks
+    num_steps            INTEGER   agent steps taken
+    error                VARCHAR   error message for non-success outcomes
+    reason               VARCHAR   short human-readable explanation of the outcome
+    total_time_seconds   DOUBLE    wall clock for the whole attempt
+    reset_seconds ... env_seconds
+                         DOUBLE    time per stage: reset, setup, episode, evaluate, and within
+                                   the episode agent (model) vs env (VM) time; NULL if unknown
+    vm_id                VARCHAR   the VM that ran the attempt
+    recorded_at          TIMESTAMP when the row was written
+    timings              JSON      the full timings dict as reported (including extra keys)
+    ==================== ========= =========================================================
+
+``steps`` -- one row per agent step; primary key (run_id, task_id, attempt, step_index).
+    action_type VARCHAR (click, type, ...), action JSON (the full BenchmarkAction),
+    screenshot_path VARCHAR, window_title VARCHAR, agent_seconds DOUBLE, env_seconds DOUBLE,
+    error VARCHAR.
+
+``latest_task_results`` (view) -- task_results restricted to the last attempt of each
+(run_id, task_id). Reports count this view, so a task retried after an infrastructure error
+counts once, with its final outcome.
+
+Example::
+
+    SELECT domain, avg(success::INT) AS success_rate
+    FROM latest_task_results WHERE run_id = 'nightly-2025-01-01' GROUP BY domain;
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import re
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import duckdb
+from pydantic import BaseModel, Field
+
+from adapters.benchmark import BenchmarkResult, OutcomeKind
+
+SCHEMA_VERSION = 1
+
+# The outcomes after which a task is done for good; resume skips only these. Derived from the
+# schema's own rule so the store and the retry logic cannot disagree.
+_FINAL_OUTCOMES: tuple[str, ...] = tuple(o.value for o in OutcomeKind if not o.is_retryable)
+_INFRA = OutcomeKind.INFRASTRUCTURE_ERROR.value
+
+# The stage timings that have their own column; BenchmarkResult.timings may name them either
+# "reset" or "reset_seconds".
+_TIMING_STAGES: tuple[str, ...] = ("reset", "setup", "episode", "evaluate", "agent", "env")
+
+_DDL: tuple[str, ...] = (
+    """
+    CREATE TABLE IF NOT EXISTS runs (
+        run_id VARCHAR PRIMARY KEY,
+        started_at TIMESTAMP,
+        finished_at TIMESTAMP,
+        status VARCHAR,
+        agent VARCHAR,
+        agent_config JSON,
+        model_id VARCHAR,
+        suite VARCHAR,
+        suite_hash VARCHAR,
+        task_count INTEGER,
+        pool_size INTEGER,
+        provider VARCHAR,
+        reset_level VARCHAR,
+        code_revision VARCHAR,
+        prefect_flow_run_id VARCHAR,
+        environment VARCHAR
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS task_results (
+        run_id VARCHAR NOT NULL,
+        task_id VARCHAR NOT NULL,
+        domain VARCHAR,
+        attempt INTEGER NOT NULL,
+        outcome VARCHAR NOT NULL,
+        success BOOLEAN NOT NULL,
+        score DOUBLE,
+        infeasible BOOLEAN,
+        num_steps INTEGER,
+        error VARCHAR,
+        reason VARCHAR,
+        total_time_seconds DOUBLE,
+        reset_seconds DOUBLE,
+        setup_seconds DOUBLE,
+        episode_seconds DOUBLE,
+        evaluate_seconds DOUBLE,
+        agent_seconds DOUBLE,
+        env_seconds DOUBLE,
+        vm_id VARCHAR,
+        recorded_at TIMESTAMP,
+        timings JSON,
+        PRIMARY KEY (run_id, task_id, attempt)
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS steps (
+        run_id VARCHAR NOT NULL,
+        task_id VARCHAR NOT NULL,
+        attempt INTEGER NOT NULL,
+        step_index INTEGER NOT NULL,
+        action_type VARCHAR,
+        action JSON,
+        screenshot_path VARCHAR,
+        window_title VARCHAR,
+        agent_seconds DOUBLE,
+        env_seconds DOUBLE,
+        error VARCHAR,
+        PRIMARY KEY (run_id, task_id, attempt, step_index)
+    )
+    """,
+    """
+    CREATE VIEW IF NOT EXISTS latest_task_results AS
+    SELECT * FROM task_results
+    QUALIFY row_number() OVER (PARTITION BY run_id, task_id ORDER BY attempt DESC) = 1
+    """,
+)
+
+_RESULT_COLUMNS: tuple[str, ...] = (
+    "run_id", "task_id", "domain", "attempt", "outcome", "success", "score", "infeasible",
+    "num_steps", "error", "reason", "total_time_seconds", "reset_seconds", "setup_seconds",
+    "episode_seconds", "evaluate_seconds", "agent_seconds", "env_seconds", "vm_id",
+    "recorded_at", "timings",
+)
+_STEP_COLUMNS: tuple[str, ...] = (
+    "run_id", "task_id", "attempt", "step_index", "action_type", "action", "screenshot_path",
+    "window_title", "agent_seconds", "env_seconds", "error",
+)
+_JSON_COLUMNS = frozenset({"agent_config", "timings", "action"})
+
+
+class StoreError(RuntimeError):
+    """The store cannot do what was asked; the message names the file, run or task."""
+
+
+class SchemaVersionError(StoreError):
+    """The DuckDB file was written by a newer schema than this code understands."""
+
+
+# --- secrets ---------------------------------------------------------------------------------
+
+# Whole words of a key that mark it as a secret. "token" only as the key's last word, so
+# "access_token" and "hf_token" go but "max_tokens" and "token_budget" (settings we want in
+# provenance) stay.
+_SECRET_WORDS = frozenset(
+    {"secret", "secrets", "password", "passwords", "passwd", "passphrase", "credential",
+     "credentials", "authorization"}
+)
+_SECRET_SQUASHED = ("apikey", "accesskey", "privatekey", "secretkey", "sessionkey", "bearer")
+
+
+def _key_words(key: str) -> list[str]:
+    """Split snake_case, kebab-case and camelCase keys into lowercase words."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", key)
+    return [w for w in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if w]
+
+
+def is_secret_key(key: str) -> bool:
+    """True if a config key looks like it holds a secret (API key, token, password, ...)."""
+    words = _key_words(str(key))
+    if not words:
+        return False
+    if _SECRET_WORDS.intersection(words) or words[-1] == "token":
+        return True
+    squashed = "".join(words)
+    return any(marker in squashed for marker in _SECRET_SQUASHED)
+
+
+def scrub_secrets(value: Any) -> Any:
+    """A copy of `value` with every secret-looking key removed, at any depth.
+
+    Dicts are walked recursively, including dicts inside lists and tuples; other values are
+    returned unchanged. The input is never modified.
+    """
+    if isinstance(value, Mapping):
+        return {k: scrub_secrets(v) for k, v in value.items() if not is_secret_key(str(k))}
+    if isinstance(value, (list, tuple)):
+        return [scrub_secrets(v) for v in value]
+    return value
+
+
+# --- models ----------------------------------------------------------------------------------
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+
+def _to_utc_naive(value: dt.datetime | None) -> dt.datetime | None:
+    # DuckDB TIMESTAMP has no zone; store UTC so runs from different machines compare.
+    if value is None or value.tzinfo is None:
+        return value
+    return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+
+
+class RunInfo(BaseModel):
+    """Provenance of one evaluation run, stored in the `runs` table."""
+
+    run_id: str = Field(min_length=1)
+    agent: str
+    suite: str
+    started_at: dt.datetime = Field(default_factory=_utcnow)
+    finished_at: dt.datetime | None = None
+    status: str = "running"
+    agent_config: dict[str, Any] = Field(default_factory=dict)
+    model_id: str | None = None
+    suite_hash: str | None = None
+    task_count: int | None = None
+    pool_size: int | None = None
+    provider: str | None = None
+    reset_level: str | None = None
+    code_revision: str | None = None
+    prefect_flow_run_id: str | None = None
+    environment: str | None = None
+
+
+class DomainSummary(BaseModel):
+    """Counts and rates for one domain (last attempt per task)."""
+
+    domain: str
+    total: int
+    successes: int
+    success_rate: float | None
+    success_rate_excluding_infra: float | None
+    avg_score: float | None
+
+
+class RunSummary(BaseModel):
+    """Headline numbers of a run, counting only the last attempt of each task.
+
+    Rates are None when their denominator is 0. `*_ci95` are Wilson 95% intervals.
+    """
+
+    run_id: str
+    total: int
+    successes: int
+    success_rate: float | None
+    success_rate_ci95: tuple[float, float] | None
+    infrastructure_errors: int
+    success_rate_excluding_infra: float | None
+    success_rate_excluding_infra_ci95: tuple[float, float] | None
+    avg_score: float | None
+    feasible_total: int
+    feasible_successes: int
+    feasible_success_rate: float | None
+    infeasible_total: int
+    infeasible_successes: int
+    infeasible_success_rate: float | None
+    per_outcome: dict[str, int]
+    per_domain: list[DomainSummary]
+
+
+def _rate(successes: int, total: int) -> float | None:
+    return successes / total if total else None
+
+
+def wilson_interval(successes: int, total: int, z: float = 1.959964) -> tuple[float, float] | None:
+    """Wilson score interval for a binomial proportion (default 95%); None when total is 0."""
+    if total <= 0:
+        return None
+    p = successes / total
+    denom = 1 + z * z / total
+    centre = (p + z * z / (2 * total)) / denom
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
+    # At p = 0 or 1 one bound is exactly 0 or 1; floating point would give 1e-17 off.
+    low = 0.0 if successes <= 0 else max(0.0, centre - half)
+    high = 1.0 if successes >= total else min(1.0, centre + half)
+    return low, high
+
+
+# --- the store -------------------------------------------------------------------------------
+
+
+class ResultStore:
+    """Runs, task results and steps in one DuckDB file; safe to share between threads.
+
+    One connection is shared and every call holds a lock: DuckDB connections are not safe for
+    concurrent use, and writes are small and rare (one per finished task), so serialising them
+    costs nothing measurable.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        """Open (or create) the DuckDB file at `path` and make sure the schema exists.
+
+        Raises `SchemaVersionError` if the file has a newer schema version, `StoreError` if the
+        file cannot be opened as a DuckDB database.
+        """
+        self._path = Path(path).expanduser().resolve()
+        self._lock = threading.RLock()
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._conn: duckdb.DuckDBPyConnection | None = duckdb.connect(str(self._path))
+        except duckdb.Error as exc:
+            raise StoreError(f"{self._path}: cannot open as a DuckDB database: {exc}") from exc
+        try:
+            self._ensure_schema()
+        except BaseException:
+            self._conn.close()
+            self._conn = None
+            raise
+
+    @property
+    def path(self) -> Path:
+        """The DuckDB file (absolute)."""
+        return self._path
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection; further calls raise `StoreError`. Idempotent."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _connection(self) -> duckdb.DuckDBPyConnection:
+        if self._conn is None:
+            raise StoreError(f"{self._path}: the store is closed")
+        return self._conn
+
+    def _ensure_schema(self) -> None:
+        conn = self._connection()
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+        found = row[0] if row else None
+        if found is not None and found > SCHEMA_VERSION:
+            # Checked before touching anything else, so a newer file is never modified.
+            raise SchemaVersionError(
+                f"{self._path}: schema version {found} is newer than this code supports "
+                f"(version {SCHEMA_VERSION}); upgrade the package to read this file"
+            )
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            for statement in _DDL:
+                conn.execute(statement)
+            if found is None:
+                conn.execute("INSERT INTO schema_version VALUES (?)", [SCHEMA_VERSION])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def schema_version(self) -> int:
+        """The schema version recorded in the file."""
+        with self._lock:
+            row = self._connection().execute("SELECT max(version) FROM schema_version").fetchone()
+        return int(row[0])
+
+    # --- runs -------------------------------------------------------------------------------
+
+    def start_run(self, run: RunInfo, *, resume: bool = False) -> None:
+        """Record a new run. Secret-looking keys are dropped from `agent_config`.
+
+        A run id that already exists is an error, unless `resume=True`: then the existing run
+        is marked running again (its start time and results kept), provided agent, model,
+        suite and suite hash are unchanged, so a resumed run cannot mix two configurations.
+        """
+        config_json = json.dumps(scrub_secrets(run.agent_config), sort_keys=True, default=str)
+        with self._lock:
+            conn = self._connection()
+            existing = conn.execute(
+                "SELECT agent, model_id, suite, suite_hash FROM runs WHERE run_id = ?", [run.run_id]
+            ).fetchone()
+            if existing is not None:
+                if not resume:
+                    raise StoreError(
+                        f"{self._path}: run {run.run_id!r} already exists; pass resume=True to continue it"
+                    )
+                wanted = (run.agent, run.model_id, run.suite, run.suite_hash)
+                names = ("agent", "model_id", "suite", "suite_hash")
+                changed = [
+                    f"{n}: stored {old!r}, now {new!r}"
+                    for n, old, new in zip(names, existing, wanted)
+                    if old != new
+                ]
+                if changed:
+                    raise StoreError(
+                        f"{self._path}: cannot resume run {run.run_id!r} with a different "
+                        f"configuration ({'; '.join(changed)})"
+                    )
+                conn.execute(
+                    "UPDATE runs SET status = ?, finished_at = NULL, prefect_flow_run_id = "
+                    "coalesce(?, prefect_flow_run_id) WHERE run_id = ?",
+                    [run.status, run.prefect_flow_run_id, run.run_id],
+                )
+                return
+            conn.execute(
+                "INSERT INTO runs (run_id, started_at, finished_at, status, agent, agent_config, "
+                "model_id, suite, suite_hash, task_count, pool_size, provider, reset_level, "
+                "code_revision, prefect_flow_run_id, environment) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    run.run_id, _to_utc_naive(run.started_at), _to_utc_naive(run.finished_at),
+                    run.status, run.agent, config_json, run.model_id, run.suite, run.suite_hash,
+                    run.task_count, run.pool_size, run.provider, run.reset_level,
+                    run.code_revision, run.prefect_flow_run_id, run.environment,
+                ],
+            )
+
+    def finish_run(self, run_id: str, status: str) -> None:
+        """Set a run's final status and its finish time (now, UTC)."""
+        if not status:
+            raise StoreError("finish_run needs a non-empty status")
+        with self._lock:
+            conn = self._connection()
+            self._require_run(conn, run_id)
+            conn.execute(
+                "UPDATE runs SET status = ?, finished_at = ? WHERE run_id = ?",
+                [status, _utcnow(), run_id],
+            )
+
+    def get_run(self, run_id: str) -> RunInfo | None:
+        """The stored provenance of a run (agent_config already scrubbed), or None."""
+        with self._lock:
+            rows = self._query("SELECT * FROM runs WHERE run_id = ?", [run_id])
+        return RunInfo.model_validate(rows[0]) if rows else None
+
+    def _require_run(self, conn: duckdb.DuckDBPyConnection, run_id: str) -> None:
+        if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone() is None:
+            raise StoreError(f"{self._path}: unknown run {run_id!r}; call start_run first")
+
+    # --- results ----------------------------------------------------------------------------
+
+    def record_result(self, run_id: str, result: BenchmarkResult) -> None:
+        """Store one task attempt and its steps in one transaction.
+
+        Recording the same (run, task, attempt) again replaces the earlier row and all its
+        steps. On any error nothing of this result is written and other results are untouched.
+        """
+        indexes = [step.index for step in result.steps]
+        if len(set(indexes)) != len(indexes):
+            raise StoreError(
+                f"{self._path}: result of task {result.task_id!r} (run {run_id!r}, attempt "
+                f"{result.attempt}) has duplicate step indexes {sorted(indexes)}"
+            )
+        timings = dict(result.timings)
+        stage_values = [_timing(timings, stage) for stage in _TIMING_STAGES]
+        row = [
+            run_id, result.task_id, result.domain, result.attempt, result.outcome.value,
+            result.success, result.score, result.infeasible, result.num_steps, result.error,
+            result.reason, result.total_time_seconds, *stage_values, result.vm_id, _utcnow(),
+            json.dumps(timings, sort_keys=True),
+        ]
+        step_rows = [
+            [
+                run_id, result.task_id, result.attempt, step.index, step.action.type.value,
+                json.dumps(step.action.model_dump(mode="json"), default=str), step.screenshot_path,
+                step.window_title, step.agent_seconds, step.env_seconds, step.error,
+            ]
+            for step in result.steps
+        ]
+        key = [run_id, result.task_id, result.attempt]
+        with self._lock:
+            conn = self._connection()
+            self._require_run(conn, run_id)
+            conn.execute("BEGIN TRANSACTION")
+            try:
+                conn.execute("DELETE FROM steps WHERE run_id = ? AND task_id = ? AND attempt = ?", key)
+                conn.execute(
+                    "DELETE FROM task_results WHERE run_id = ? AND task_id = ? AND attempt = ?", key
+                )
+                conn.execute(
+                    f"INSERT INTO task_results ({', '.join(_RESULT_COLUMNS)}) "
+                    f"VALUES ({', '.join('?' * len(_RESULT_COLUMNS))})",
+                    row,
+                )
+                if step_rows:
+                    conn.executemany(
+                        f"INSERT INTO steps ({', '.join(_STEP_COLUMNS)}) "
+                        f"VALUES ({', '.join('?' * len(_STEP_COLUMNS))})",
+                        step_rows,
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+    def results(self, run_id: str) -> list[dict[str, Any]]:
+        """Every stored attempt of a run (task_results rows), ordered by task and attempt."""
+        with self._lock:
+            return self._query(
+                "SELECT * FROM task_results WHERE run_id = ? ORDER BY task_id, attempt", [run_id]
+            )
+
+    def latest_attempts(self, run_id: str) -> list[dict[str, Any]]:
+        """The last attempt of each task of a run (the `latest_task_results` view), by task id."""
+        with self._lock:
+            return self._query(
+                "SELECT * FROM latest_task_results WHERE run_id = ? ORDER BY task_id", [run_id]
+            )
+
+    def steps(self, run_id: str, task_id: str, attempt: int | None = None) -> list[dict[str, Any]]:
+        """The steps of one task attempt (the last attempt when `attempt` is None), in order."""
+        with self._lock:
+            if attempt is None:
+                row = self._connection().execute(
+                    "SELECT max(attempt) FROM task_results WHERE run_id = ? AND task_id = ?",
+                    [run_id, task_id],
+                ).fetchone()
+                if row is None or row[0] is None:
+                    return []
+                attempt = int(row[0])
+            return self._query(
+                "SELECT * FROM steps WHERE run_id = ? AND task_id = ? AND attempt = ? "
+                "ORDER BY step_index",
+                [run_id, task_id, attempt],
+            )
+
+    def finished_task_ids(self, run_id: str) -> set[str]:
+        """Tasks whose last attempt has a final (non-retryable) outcome: skip these on resume."""
+        placeholders = ", ".join("?" * len(_FINAL_OUTCOMES))
+        with self._lock:
+            rows = self._connection().execute(
+                f"SELECT task_id FROM latest_task_results WHERE run_id = ? "
+                f"AND outcome IN ({placeholders})",
+                [run_id, *_FINAL_OUTCOMES],
+            ).fetchall()
+        return {r[0] for r in rows}
+
+    def next_attempt(self, run_id: str, task_id: str) -> int:
+        """The attempt number to use for the next try of a task (1 if never recorded)."""
+        with self._lock:
+            row = self._connection().execute(
+                "SELECT coalesce(max(attempt), 0) + 1 FROM task_results WHERE run_id = ? AND task_id = ?",
+                [run_id, task_id],
+            ).fetchone()
+        return int(row[0])
+
+    def summary(self, run_id: str) -> RunSummary:
+        """Headline numbers of a run, over the last attempt of each task, computed in DuckDB."""
+        with self._lock:
+            conn = self._connection()
+            self._require_run(conn, run_id)
+            # count_if over zero rows is NULL in DuckDB, hence the coalesce(..., 0).
+            totals = conn.execute(
+                """
+                SELECT count(*),
+                       coalesce(count_if(success), 0),
+                       coalesce(count_if(outcome = ?), 0),
+                       avg(score),
+                       coalesce(count_if(NOT coalesce(infeasible, false)), 0),
+                       coalesce(count_if(NOT coalesce(infeasible, false) AND success), 0),
+                       coalesce(count_if(coalesce(infeasible, false)), 0),
+                       coalesce(count_if(coalesce(infeasible, false) AND success), 0)
+                FROM latest_task_results WHERE run_id = ?
+                """,
+                [_INFRA, run_id],
+            ).fetchone()
+            outcome_rows = conn.execute(
+                "SELECT outcome, count(*) FROM latest_task_results WHERE run_id = ? GROUP BY outcome",
+                [run_id],
+            ).fetchall()
+            domain_rows = conn.execute(
+                """
+                SELECT domain, count(*), coalesce(count_if(success), 0),
+                       coalesce(count_if(outcome = ?), 0), avg(score)
+                FROM latest_task_results WHERE run_id = ?
+                GROUP BY domain ORDER BY domain
+                """,
+                [_INFRA, run_id],
+            ).fetchall()
+        total, successes, infra, avg_score, f_total, f_succ, i_total, i_succ = totals
+        # Every known outcome is present (0 when absent) so reports have stable columns.
+        per_outcome = {o.value: 0 for o in OutcomeKind}
+        per_outcome.update({outcome: int(n) for outcome, n in outcome_rows})
+        per_domain = [
+            DomainSummary(
+                domain=domain or "",
+                total=int(d_total),
+                successes=int(d_succ),
+                success_rate=_rate(d_succ, d_total),
+                success_rate_excluding_infra=_rate(d_succ, d_total - d_infra),
+                avg_score=None if d_avg is None else float(d_avg),
+            )
+            for domain, d_total, d_succ, d_infra, d_avg in domain_rows
+        ]
+        return RunSummary(
+            run_id=run_id,
+            total=int(total),
+            successes=int(successes),
+            success_rate=_rate(successes, total),
+            success_rate_ci95=wilson_interval(successes, total),
+            infrastructure_errors=int(infra),
+            success_rate_excluding_infra=_rate(successes, total - infra),
+            success_rate_excluding_infra_ci95=wilson_interval(successes, total - infra),
+            avg_score=None if avg_score is None else float(avg_score),
+            feasible_total=int(f_total),
+            feasible_successes=int(f_succ),
+            feasible_success_rate=_rate(f_succ, f_total),
+            infeasible_total=int(i_total),
+            infeasible_successes=int(i_succ),
+            infeasible_success_rate=_rate(i_succ, i_total),
+            per_outcome=per_outcome,
+            per_domain=per_domain,
+        )
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def _query(self, sql: str, params: list[Any]) -> list[dict[str, Any]]:
+        """Rows as dicts; JSON columns are decoded. Caller holds the lock."""
+        cursor = self._connection().execute(sql, params)
+        names = [d[0] for d in cursor.description]
+        rows = []
+        for values in cursor.fetchall():
+            row = dict(zip(names, values))
+            for name in _JSON_COLUMNS.intersection(row):
+                if isinstance(row[name], str):
+                    row[name] = json.loads(row[name])
+            rows.append(row)
+        return rows
+
+
+def _timing(timings: Mapping[str, float], stage: str) -> float | None:
+    """The seconds of one stage, under "<stage>_seconds" or "<stage>"; None when absent."""
+    for key in (f"{stage}_seconds", stage):
+        if key in timings and timings[key] is not None:
+            return float(timings[key])
+    return None
