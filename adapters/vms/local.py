@@ -1,0 +1,91 @@
+"""The local provider: each "VM" is a local WAA simulation process on 127.0.0.1.
+
+It gives a new user the whole pipeline with no cloud account. The simulation's snapshot routes
+stand in for QEMU's loadvm, and a reboot replaces the process with a fresh one.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+import requests
+
+from adapters.vms.base import ProviderError, ResetLevel, VMHandle, VMProvider
+from adapters.waa.client import WAAClient
+from adapters.waa.localenv.launcher import LocalEnvHandle, start_local_env
+
+
+class LocalSimulationProvider(VMProvider):
+    """Starts one WAA simulation process per VM, each with its own simulated disk."""
+
+    name = "local"
+    settle_seconds = 0.0  # the simulation applies actions synchronously
+
+    def __init__(self, work_dir: Path | None = None, *, width: int = 1280, height: int = 800) -> None:
+        self._own_work_dir = work_dir is None
+        self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="waa-sim-"))
+        self.width = width
+        self.height = height
+        self._processes: dict[str, LocalEnvHandle] = {}
+        self._lock = threading.Lock()
+
+    def supported_reset_levels(self) -> set[ResetLevel]:
+        return {ResetLevel.SETUP, ResetLevel.SNAPSHOT, ResetLevel.REBOOT}
+
+    def create(self, vm_id: str) -> VMHandle:
+        with self._lock:
+            existing = self._processes.get(vm_id)
+        if existing is not None and existing.alive():
+            return self._handle(vm_id, existing)
+        root = self.work_dir / vm_id
+        if root.exists():
+            shutil.rmtree(root)
+        root.mkdir(parents=True)
+        try:
+            process = start_local_env(root, width=self.width, height=self.height, log_path=root.with_suffix(".log"))
+        except Exception as exc:
+            raise ProviderError(f"local VM {vm_id}: simulation did not start: {exc}") from exc
+        with self._lock:
+            self._processes[vm_id] = process
+        return self._handle(vm_id, process)
+
+    def _handle(self, vm_id: str, process: LocalEnvHandle) -> VMHandle:
+        return VMHandle(vm_id=vm_id, base_url=process.base_url, provider=self.name, details={"pid": process.pid})
+
+    def reset(self, vm: VMHandle, level: ResetLevel) -> None:
+        if level is ResetLevel.SETUP:
+            return  # the adapter closes windows and clears task files itself
+        if level is ResetLevel.SNAPSHOT:
+            try:
+                response = requests.post(vm.base_url + "/sim/snapshot/load", json={"name": "initial"}, timeout=30)
+            except requests.RequestException as exc:
+                raise ProviderError(f"local VM {vm.vm_id}: snapshot load failed: {exc}") from exc
+            if response.status_code != 200:
+                raise ProviderError(f"local VM {vm.vm_id}: snapshot load answered HTTP {response.status_code}")
+            return
+        if level is ResetLevel.REBOOT:
+            self.delete(vm)
+            fresh = self.create(vm.vm_id)
+            vm.base_url, vm.details = fresh.base_url, fresh.details
+            WAAClient(vm.base_url).wait_until_ready(30)
+            return
+        raise ProviderError(f"reset level {level.value!r} is not available for the local provider")
+
+    def delete(self, vm: VMHandle) -> None:
+        with self._lock:
+            process = self._processes.pop(vm.vm_id, None)
+        if process is not None:
+            process.stop()
+
+    def close(self) -> None:
+        """Stop every process and remove the simulated disks this provider created."""
+        with self._lock:
+            processes = list(self._processes.values())
+            self._processes.clear()
+        for process in processes:
+            process.stop()
+        if self._own_work_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)

@@ -1,0 +1,111 @@
+"""The `arena` command line.
+
+    arena run                      evaluate the bundled suite on the local simulation
+    arena tasks list --waa-dir D   list a WAA task directory by domain
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def _run(args: argparse.Namespace) -> int:
+    from flows.evaluate_suite import SuiteRunConfig, run_suite
+
+    config = SuiteRunConfig(
+        **{k: v for k, v in {
+            "suite_dir": args.suite,
+            "difficulty": args.difficulty,
+            "domains": args.domain or None,
+            "task_ids": args.task or None,
+            "agent": args.agent,
+            "plans_path": args.plans,
+            "seed": args.seed,
+            "pool_size": args.pool_size,
+            "reset_level": args.reset_level,
+            "max_steps": args.max_steps,
+            "episode_timeout_seconds": args.episode_timeout,
+            "max_attempts": args.max_attempts,
+            "db_path": args.db,
+            "artifacts_dir": args.artifacts,
+            "run_id": args.run_id,
+        }.items() if v is not None}
+    )
+    outcome = run_suite(config)
+    print(f"\nResults: {outcome.db_path.resolve()} (run_id {outcome.run_id!r})")
+    print(f"Screenshots: {(config.artifacts_dir / outcome.run_id).resolve()}")
+    return 0
+
+
+def _tasks_list(args: argparse.Namespace) -> int:
+    from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
+
+    catalog = WAATaskCatalog(args.waa_dir or bundled_suite_dir(), difficulty=args.difficulty)
+    tasks = catalog.tasks(domains=args.domain or None)
+    if args.ids:
+        for t in tasks:
+            print(f"{t.domain}\t{t.task_id}\t{'infeasible' if t.infeasible else ''}")
+        return 0
+    counts: dict[str, list[int]] = {}
+    for t in tasks:
+        entry = counts.setdefault(t.domain, [0, 0])
+        entry[0] += 1
+        entry[1] += int(t.infeasible)
+    print(f"{'domain':<22} {'tasks':>5} {'infeasible':>10}")
+    for domain, (n, inf) in counts.items():
+        print(f"{domain:<22} {n:>5} {inf:>10}")
+    print(f"{'total':<22} {sum(v[0] for v in counts.values()):>5} {sum(v[1] for v in counts.values()):>10}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="arena", description="Windows Agent Arena evaluations with Prefect and DuckDB")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="evaluate a task suite (default: the bundled suite on the local simulation)")
+    run.add_argument("--suite", type=Path, help="a WAA task directory (default: the bundled suite)")
+    run.add_argument("--difficulty", choices=["normal", "hard"])
+    run.add_argument("--domain", action="append", help="only this domain (repeatable)")
+    run.add_argument("--task", action="append", help="only this task id (repeatable)")
+    run.add_argument("--agent", choices=["scripted", "random"], default="scripted")
+    run.add_argument("--plans", type=Path, help="plans for the scripted agent (default: the suite's solutions.json)")
+    run.add_argument("--seed", type=int, help="random agent seed")
+    run.add_argument("--pool-size", type=int, default=4, help="number of VMs, and of tasks run at once")
+    run.add_argument("--reset-level", choices=["setup", "snapshot", "reboot"])
+    run.add_argument("--max-steps", type=int)
+    run.add_argument("--episode-timeout", type=float, help="wall-clock seconds per episode")
+    run.add_argument("--max-attempts", type=int, help="attempts per task for infrastructure errors")
+    run.add_argument("--db", type=Path, help="DuckDB file (default results/arena.duckdb)")
+    run.add_argument("--artifacts", type=Path, help="screenshot directory (default results/artifacts)")
+    run.add_argument("--run-id", help="resume or name a run")
+    run.set_defaults(func=_run)
+
+    tasks = sub.add_parser("tasks", help="inspect task suites")
+    tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True)
+    listing = tasks_sub.add_parser("list", help="tasks per domain")
+    listing.add_argument("--waa-dir", type=Path, help="a WAA task directory (default: the bundled suite)")
+    listing.add_argument("--difficulty", choices=["normal", "hard"], default="normal")
+    listing.add_argument("--domain", action="append")
+    listing.add_argument("--ids", action="store_true", help="print every task id")
+    listing.set_defaults(func=_tasks_list)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `arena` console command."""
+    # The Prefect server's analytics cannot reach the internet here and only log failures.
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"arena: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""The main flow: evaluate a task suite with one agent on a pool of VMs.
+
+    provision pool -> per task, concurrently (at most pool-size at once):
+        reset -> setup -> episode -> evaluate -> record
+    -> summary (terminal table and Prefect table artifact)
+
+Concurrency is bounded twice over, on purpose: the task runner has pool-size threads, and each
+task holds a slot of a strict global concurrency limit sized to the pool, so the UI shows the
+occupancy and a misconfiguration fails loudly instead of oversubscribing VMs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import uuid
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator, Literal
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+from prefect.concurrency.sync import concurrency
+from prefect.context import get_run_context
+from prefect.task_runners import ThreadPoolTaskRunner
+from pydantic import BaseModel, Field
+
+from adapters.agents import build_agent
+from adapters.benchmark import BenchmarkResult, BenchmarkTask, OutcomeKind
+from adapters.episode import EpisodeLimits
+from adapters.store.duckdb_store import ResultStore, RunInfo
+from adapters.vms.base import ResetLevel
+from adapters.vms.local import LocalSimulationProvider
+from adapters.vms.pool import VMPool
+from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
+from adapters.waa.live import LiveAdapterSettings
+from flows.attempt import AttemptContext, run_attempt
+from flows.summary import format_summary, summary_rows
+from tasks.provision import provision_pool
+from tasks.record import record_result
+
+
+class SuiteRunConfig(BaseModel):
+    """Everything that defines one evaluation run; stored with the run for provenance."""
+
+    suite_dir: Path = Field(default_factory=bundled_suite_dir)
+    difficulty: Literal["normal", "hard"] = "normal"
+    domains: list[str] | None = None
+    task_ids: list[str] | None = None
+    agent: str = "scripted"
+    plans_path: Path | None = None
+    seed: int = 0
+    pool_size: int = Field(default=4, ge=1, le=64)
+    provider: Literal["local"] = "local"
+    reset_level: ResetLevel = ResetLevel.SNAPSHOT
+    max_steps: int = Field(default=15, ge=1)
+    episode_timeout_seconds: float = Field(default=1200.0, gt=0)
+    max_attempts: int = Field(default=3, ge=1)
+    db_path: Path = Path("results/arena.duckdb")
+    artifacts_dir: Path = Path("results/artifacts")
+    run_id: str | None = None
+
+    def resolved_plans_path(self) -> Path | None:
+        if self.plans_path is not None:
+            return self.plans_path
+        candidate = self.suite_dir / "solutions.json"
+        return candidate if candidate.exists() else None
+
+
+class RunOutcome(BaseModel):
+    run_id: str
+    db_path: Path
+    results: list[BenchmarkResult]
+    table: str
+
+
+def _code_revision() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+@contextmanager
+def _pool_concurrency_limit(name: str, size: int) -> Iterator[str]:
+    """A global concurrency limit sized to the pool for this run; removed when the run ends."""
+    with get_client(sync_client=True) as client:
+        client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=size))
+    try:
+        yield name
+    finally:
+        with get_client(sync_client=True) as client:
+            client.delete_global_concurrency_limit_by_name(name)
+
+
+@task(name="evaluate-task", task_run_name="{task.domain}/{task.task_id}", cache_policy=NO_CACHE, persist_result=False)
+def evaluate_task(
+    task: BenchmarkTask,
+    pool: VMPool,
+    ctx: AttemptContext,
+    store: ResultStore,
+    run_id: str,
+    limit_name: str,
+    max_attempts: int,
+) -> BenchmarkResult:
+    """Attempt a task until it ends for a non-infrastructure reason or attempts run out.
+
+    Every attempt is recorded as it finishes; an infrastructure failure hands the VM back as
+    unhealthy (the pool replaces it) and the next attempt runs on another VM.
+    """
+    result: BenchmarkResult | None = None
+    for attempt in range(1, max_attempts + 1):
+        with concurrency(limit_name, occupy=1, strict=True):
+            with pool.lease() as vm:
+                result = run_attempt(task, vm, ctx, attempt)
+        record_result(store, run_id, result)
+        if not result.outcome.is_retryable:
+            break
+    assert result is not None
+    return result
+
+
+@flow(name="evaluate-suite", flow_run_name="waa-{config.agent}-{config.provider}", log_prints=True)
+def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
+    """Evaluate the configured suite and agent; results land in DuckDB as each task finishes."""
+    logger = get_run_logger()
+    run_id = config.run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+    catalog = WAATaskCatalog(config.suite_dir, difficulty=config.difficulty, max_steps=config.max_steps)
+    tasks = catalog.tasks(domains=config.domains, ids=config.task_ids)
+    plans_path = config.resolved_plans_path()
+    # Build one agent up front so a bad agent configuration fails before any VM exists.
+    agent_config = build_agent(config.agent, plans_path=plans_path, seed=config.seed).config()
+
+    store = ResultStore(config.db_path)
+    finished = store.finished_task_ids(run_id)
+    todo = [t for t in tasks if t.task_id not in finished]
+    if finished:
+        logger.info("Resuming run %s: %d of %d tasks already have final results", run_id, len(finished), len(tasks))
+    flow_run = get_run_context().flow_run
+    store.start_run(
+        RunInfo(
+            run_id=run_id,
+            started_at=datetime.now(timezone.utc),
+            status="running",
+            agent=config.agent,
+            agent_config=agent_config,
+            model_id=None,
+            suite=str(config.suite_dir),
+            suite_hash=catalog.content_hash(),
+            task_count=len(tasks),
+            pool_size=config.pool_size,
+            provider=config.provider,
+            reset_level=config.reset_level.value,
+            code_revision=_code_revision(),
+            prefect_flow_run_id=str(flow_run.id) if flow_run else None,
+            environment="local-simulation" if config.provider == "local" else config.provider,
+        ),
+        resume=store.get_run(run_id) is not None,
+    )
+
+    provider = LocalSimulationProvider()
+    pool = VMPool(provider, size=min(config.pool_size, max(1, len(todo))), run_id=run_id[-6:])
+    status = "failed"
+    results: list[BenchmarkResult] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="waa-cache-") as cache_dir:
+            ctx = AttemptContext(
+                provider=provider,
+                catalog=catalog,
+                agent_factory=lambda: build_agent(config.agent, plans_path=plans_path, seed=config.seed),
+                reset_level=config.reset_level,
+                limits=EpisodeLimits(max_steps=config.max_steps, wall_clock_seconds=config.episode_timeout_seconds),
+                cache_dir=Path(cache_dir),
+                artifacts_dir=config.artifacts_dir / run_id,
+                adapter_settings=LiveAdapterSettings(settle_seconds=provider.settle_seconds),
+            )
+            if todo:
+                provision_pool(pool)
+                with _pool_concurrency_limit(f"waa-pool-{run_id}", pool.size) as limit_name:
+                    futures = [
+                        evaluate_task.submit(t, pool, ctx, store, run_id, limit_name, config.max_attempts) for t in todo
+                    ]
+                    results = [f.result() for f in futures]
+        status = "completed"
+    finally:
+        pool.teardown()
+        provider.close()
+        store.finish_run(run_id, status)
+
+    summary = store.summary(run_id)
+    table = format_summary(run_id, summary)
+    print(table)
+    create_table_artifact(
+        key="waa-run-summary",
+        table=summary_rows(summary),
+        description=f"WAA run {run_id}: {config.agent} agent on {len(tasks)} tasks (local simulation)",
+    )
+    store.close()
+    return RunOutcome(run_id=run_id, db_path=config.db_path, results=results, table=table)
+
+
+def run_suite(config: SuiteRunConfig) -> RunOutcome:
+    """Run the flow with a task runner sized to the pool."""
+    runner = ThreadPoolTaskRunner(max_workers=config.pool_size)
+    return evaluate_suite.with_options(task_runner=runner)(config)

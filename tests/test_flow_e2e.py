@@ -1,0 +1,67 @@
+"""The whole pipeline end to end: Prefect flow, local simulation VMs, real evaluator, DuckDB."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
+
+
+@pytest.fixture(scope="module")
+def bundled_ids() -> list[str]:
+    return WAATaskCatalog(bundled_suite_dir()).task_ids()
+
+
+def _rows(db: Path, sql: str) -> list[tuple]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def test_scripted_agent_solves_the_bundled_suite(prefect_server: None, tmp_path: Path, bundled_ids: list[str]) -> None:
+    from flows.evaluate_suite import SuiteRunConfig, run_suite
+
+    db = tmp_path / "arena.duckdb"
+    outcome = run_suite(
+        SuiteRunConfig(agent="scripted", pool_size=3, db_path=db, artifacts_dir=tmp_path / "artifacts", run_id="e2e-scripted")
+    )
+    failures = [(r.task_id, r.outcome.value, r.reason) for r in outcome.results if not r.success]
+    assert failures == []
+    assert len(outcome.results) == len(bundled_ids) >= 12
+    rows = _rows(db, "SELECT task_id, outcome, score FROM task_results WHERE run_id = 'e2e-scripted'")
+    assert sorted(r[0] for r in rows) == sorted(bundled_ids)
+    assert all(r[1] == "success" and r[2] == 1.0 for r in rows)
+    steps = _rows(db, "SELECT count(*), count(screenshot_path) FROM steps WHERE run_id = 'e2e-scripted'")[0]
+    assert steps[0] > len(bundled_ids) and steps[1] > 0
+    run = _rows(db, "SELECT status, environment, task_count, suite_hash FROM runs WHERE run_id = 'e2e-scripted'")[0]
+    assert run[0] == "completed" and run[1] == "local-simulation" and run[2] == len(bundled_ids) and run[3]
+    assert "ALL" in outcome.table and "100.0%" in outcome.table
+
+
+def test_random_agent_scores_near_zero(prefect_server: None, tmp_path: Path, bundled_ids: list[str]) -> None:
+    from flows.evaluate_suite import SuiteRunConfig, run_suite
+
+    db = tmp_path / "arena.duckdb"
+    outcome = run_suite(
+        SuiteRunConfig(agent="random", pool_size=3, max_steps=8, db_path=db, artifacts_dir=tmp_path / "a", run_id="e2e-random")
+    )
+    assert len(outcome.results) == len(bundled_ids)
+    successes = sum(r.success for r in outcome.results)
+    assert successes <= 2, [(r.task_id, r.outcome.value) for r in outcome.results]
+    assert all(r.outcome.value in ("success", "agent_failure") for r in outcome.results), [
+        (r.task_id, r.outcome.value, r.error) for r in outcome.results
+    ]
+
+
+def test_resume_skips_finished_tasks(prefect_server: None, tmp_path: Path, bundled_ids: list[str]) -> None:
+    from flows.evaluate_suite import SuiteRunConfig, run_suite
+
+    db = tmp_path / "arena.duckdb"
+    first = bundled_ids[:2]
+    run_suite(SuiteRunConfig(task_ids=first, pool_size=2, db_path=db, artifacts_dir=tmp_path / "a", run_id="resume"))
+    again = run_suite(SuiteRunConfig(task_ids=bundled_ids[:3], pool_size=2, db_path=db, artifacts_dir=tmp_path / "a", run_id="resume"))
+    assert [r.task_id for r in again.results] == [bundled_ids[2]]
+    rows = _rows(db, "SELECT count(*) FROM task_results WHERE run_id = 'resume'")
+    assert rows[0][0] == 3
