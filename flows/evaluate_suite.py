@@ -4,13 +4,18 @@
         reset -> setup -> episode -> evaluate -> record
     -> summary (terminal table and Prefect table artifact)
 
-Concurrency is bounded twice over, on purpose: the task runner has pool-size threads, and each
-task holds a slot of a strict global concurrency limit sized to the pool, so the UI shows the
-occupancy and a misconfiguration fails loudly instead of oversubscribing VMs.
+Concurrency: the run has one lane per VM of the pool, each taking tasks from a shared queue, so at
+most pool-size tasks run at once. The run holds pool-size slots of a strict global concurrency
+limit sized to the pool while its lanes work (visible in the UI; a missing limit fails loudly).
+The slots are taken in one call, not per task or per lane: on Prefect's SQLite backend,
+concurrent slot increments fail with "database is locked" and the client retries them after a
+fixed 2 s back-off, which cost about 2 s per task and left lanes idle for up to 10 s on the
+bundled suite (measured with prefect 3.8.8).
 """
 
 from __future__ import annotations
 
+import queue
 import subprocess
 import tempfile
 import uuid
@@ -106,13 +111,7 @@ def _pool_concurrency_limit(name: str, size: int) -> Iterator[str]:
 
 @task(name="evaluate-task", task_run_name="{task.domain}/{task.task_id}", cache_policy=NO_CACHE, persist_result=False)
 def evaluate_task(
-    task: BenchmarkTask,
-    pool: VMPool,
-    ctx: AttemptContext,
-    store: ResultStore,
-    run_id: str,
-    limit_name: str,
-    max_attempts: int,
+    task: BenchmarkTask, pool: VMPool, ctx: AttemptContext, store: ResultStore, run_id: str, max_attempts: int
 ) -> BenchmarkResult:
     """Attempt a task until it ends for a non-infrastructure reason or attempts run out.
 
@@ -121,14 +120,33 @@ def evaluate_task(
     """
     result: BenchmarkResult | None = None
     for attempt in range(1, max_attempts + 1):
-        with concurrency(limit_name, occupy=1, strict=True):
-            with pool.lease() as vm:
-                result = run_attempt(task, vm, ctx, attempt)
+        with pool.lease() as vm:
+            result = run_attempt(task, vm, ctx, attempt)
         record_result(store, run_id, result)
         if not result.outcome.is_retryable:
             break
     assert result is not None
     return result
+
+
+@task(name="vm-lane", task_run_name="lane-{lane}", cache_policy=NO_CACHE, persist_result=False)
+def run_lane(
+    lane: int,
+    todo: "queue.Queue[BenchmarkTask]",
+    pool: VMPool,
+    ctx: AttemptContext,
+    store: ResultStore,
+    run_id: str,
+    max_attempts: int,
+) -> list[BenchmarkResult]:
+    """Evaluate tasks from the queue, one at a time, until it is empty."""
+    results: list[BenchmarkResult] = []
+    while True:
+        try:
+            next_task = todo.get_nowait()
+        except queue.Empty:
+            return results
+        results.append(evaluate_task(next_task, pool, ctx, store, run_id, max_attempts))
 
 
 @flow(name="evaluate-suite", flow_run_name="waa-{config.agent}-{config.provider}", log_prints=True)
@@ -187,11 +205,17 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
             )
             if todo:
                 provision_pool(pool)
+                work: queue.Queue[BenchmarkTask] = queue.Queue()
+                for t in todo:
+                    work.put(t)
                 with _pool_concurrency_limit(f"waa-pool-{run_id}", pool.size) as limit_name:
-                    futures = [
-                        evaluate_task.submit(t, pool, ctx, store, run_id, limit_name, config.max_attempts) for t in todo
-                    ]
-                    results = [f.result() for f in futures]
+                    with concurrency(limit_name, occupy=pool.size, strict=True):
+                        futures = [
+                            run_lane.submit(lane, work, pool, ctx, store, run_id, config.max_attempts)
+                            for lane in range(pool.size)
+                        ]
+                        by_id = {r.task_id: r for f in futures for r in f.result()}
+                results = [by_id[t.task_id] for t in todo]
         status = "completed"
     finally:
         pool.teardown()

@@ -101,10 +101,20 @@ class VMPool:
             return list(self._all.values())
 
     def teardown(self) -> None:
-        """Delete every VM of the pool; safe to call more than once."""
-        for vm in self.vms():
-            try:
-                self.provider.delete(vm)
-            finally:
-                with self._lock:
-                    self._all.pop(vm.vm_id, None)
+        """Delete every VM of the pool, in parallel; safe to call more than once.
+
+        Every deletion is attempted even when some fail; the first failure is raised at the end.
+        """
+        vms = self.vms()
+        if not vms:
+            return
+        with ThreadPoolExecutor(max_workers=len(vms)) as executor:
+            futures = {executor.submit(self.provider.delete, vm): vm for vm in vms}
+        errors = []
+        for future, vm in futures.items():
+            with self._lock:
+                self._all.pop(vm.vm_id, None)
+            if future.exception() is not None:
+                errors.append(f"{vm.vm_id}: {future.exception()}")
+        if errors:
+            raise ProviderError(f"teardown failed for {len(errors)} VM(s): {'; '.join(errors)}")

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"WAA SIMULATION listening on http://{args.host}:{port} "
           f"(simulated Windows desktop {args.width}x{args.height}, root {args.root})", flush=True)
     try:
-        server.serve_forever()
+        server.serve_forever(poll_interval=0.05)  # SIGTERM is answered within 50 ms
     finally:
         server.server_close()
     print("WAA SIMULATION stopped", flush=True)
