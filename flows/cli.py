@@ -36,6 +36,7 @@ def _run(args: argparse.Namespace) -> int:
         }.items() if v is not None}
     )
     outcome = run_suite(config)
+    print("\n" + outcome.table)
     print(f"\nResults: {outcome.db_path.resolve()} (run_id {outcome.run_id!r})")
     print(f"Screenshots: {(config.artifacts_dir / outcome.run_id).resolve()}")
     return 0

@@ -149,7 +149,7 @@ def run_lane(
         results.append(evaluate_task(next_task, pool, ctx, store, run_id, max_attempts))
 
 
-@flow(name="evaluate-suite", flow_run_name="waa-{config.agent}-{config.provider}", log_prints=True)
+@flow(name="evaluate-suite", flow_run_name="waa-{config.agent}-{config.provider}")
 def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
     """Evaluate the configured suite and agent; results land in DuckDB as each task finishes."""
     logger = get_run_logger()
@@ -166,6 +166,7 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
     if finished:
         logger.info("Resuming run %s: %d of %d tasks already have final results", run_id, len(finished), len(tasks))
     flow_run = get_run_context().flow_run
+    environment = "local-simulation" if config.provider == "local" else config.provider
     store.start_run(
         RunInfo(
             run_id=run_id,
@@ -182,7 +183,7 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
             reset_level=config.reset_level.value,
             code_revision=_code_revision(),
             prefect_flow_run_id=str(flow_run.id) if flow_run else None,
-            environment="local-simulation" if config.provider == "local" else config.provider,
+            environment=environment,
         ),
         resume=store.get_run(run_id) is not None,
     )
@@ -223,12 +224,12 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
         store.finish_run(run_id, status)
 
     summary = store.summary(run_id)
-    table = format_summary(run_id, summary)
-    print(table)
+    table = format_summary(run_id, summary, environment)
+    logger.info("Run summary\n%s", table)
     create_table_artifact(
         key="waa-run-summary",
         table=summary_rows(summary),
-        description=f"WAA run {run_id}: {config.agent} agent on {len(tasks)} tasks (local simulation)",
+        description=f"WAA run {run_id}: {config.agent} agent on {len(tasks)} tasks ({environment})",
     )
     store.close()
     return RunOutcome(run_id=run_id, db_path=config.db_path, results=results, table=table)

@@ -35,10 +35,11 @@ def summary_rows(summary: RunSummary) -> list[dict[str, Any]]:
     return rows
 
 
-def format_summary(run_id: str, summary: RunSummary) -> str:
+def format_summary(run_id: str, summary: RunSummary, environment: str) -> str:
     """A plain-text table: success per domain, then totals raw and excluding infrastructure errors."""
+    label = "LOCAL SIMULATION, not a Windows VM" if environment == "local-simulation" else environment
     lines = [
-        f"WAA run {run_id}  (environment labelled in DuckDB: runs.environment)",
+        f"WAA run {run_id}  [{label}]",
         f"{'domain':<20} {'tasks':>5} {'success':>7} {'rate':>7} {'avg score':>9}",
         "-" * 52,
     ]
@@ -50,6 +51,6 @@ def format_summary(run_id: str, summary: RunSummary) -> str:
     lines.append(
         f"feasible tasks: {_pct(summary.feasible_success_rate)}   infeasible tasks: {_pct(summary.infeasible_success_rate)}"
     )
-    outcomes = ", ".join(f"{k}={v}" for k, v in sorted(summary.per_outcome.items()))
+    outcomes = ", ".join(f"{k}={v}" for k, v in sorted(summary.per_outcome.items()) if v)
     lines.append(f"outcomes: {outcomes}")
     return "\n".join(lines)

@@ -1,0 +1,154 @@
+"""The live adapter, setup runner and client against a real local WAA simulation process."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from adapters.benchmark import ActionType, BenchmarkAction, BenchmarkTask
+from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
+from adapters.waa.client import WAAClient
+from adapters.waa.errors import WAAConnectionError, WAAHTTPError
+from adapters.waa.live import LiveAdapterSettings, WAALiveAdapter
+from adapters.waa.localenv.launcher import LocalEnvHandle, start_local_env
+from adapters.waa.setup_steps import SetupRunner, SetupStepError
+
+HOSTILE = [
+    "'); import os; os.system('x') #",
+    'say "hi" and \'bye\'',
+    "two\nlines",
+    "back\\slash {braces} $(whoami) `id`",
+]
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEnvHandle]:
+    handle = start_local_env(tmp_path_factory.mktemp("sim"))
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture()
+def client(sim: LocalEnvHandle) -> Iterator[WAAClient]:
+    c = WAAClient(sim.base_url)
+    c._session.post(sim.base_url + "/sim/snapshot/load", json={"name": "initial"}, timeout=10)
+    yield c
+    c.close()
+
+
+@pytest.fixture()
+def adapter(client: WAAClient, tmp_path: Path) -> WAALiveAdapter:
+    return WAALiveAdapter(client, WAATaskCatalog(bundled_suite_dir()), tmp_path, LiveAdapterSettings(settle_seconds=0))
+
+
+def _notepad_task() -> BenchmarkTask:
+    return BenchmarkTask(
+        task_id="t-notepad",
+        instruction="type",
+        domain="notepad",
+        raw_config={"config": [{"type": "launch", "parameters": {"command": "notepad"}}]},
+        evaluation_spec={"func": "exact_match", "result": {"type": "rule", "rules": {}}, "expected": {"type": "rule", "rules": {}}},
+    )
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_hostile_text_is_typed_never_run(adapter: WAALiveAdapter, client: WAAClient, text: str) -> None:
+    before = client.list_directory("C:\\Users\\Docker")
+    observation = adapter.reset(_notepad_task())
+    editor = observation.accessibility_tree.find(role="Edit", name="Text Editor")
+    adapter.step(BenchmarkAction(type=ActionType.CLICK, target_node_id=editor.node_id))
+    observation, done, info = adapter.step(BenchmarkAction(type=ActionType.TYPE, text=text))
+    assert not done and "error" not in info
+    editor = observation.accessibility_tree.find(role="Edit", name="Text Editor")
+    assert editor.attributes["value"] == text
+    assert client.list_directory("C:\\Users\\Docker") == before
+
+
+def test_rejected_action_is_reported_not_raised(adapter: WAALiveAdapter) -> None:
+    adapter.reset(_notepad_task())
+    # An element id that is not on screen cannot be translated: the step reports it.
+    with pytest.raises(Exception, match="not on screen"):
+        adapter.apply(BenchmarkAction(type=ActionType.CLICK, target_node_id="no-such-id"))
+
+
+def test_setup_failures_name_the_step(client: WAAClient, tmp_path: Path) -> None:
+    runner = SetupRunner(client, tmp_path, sleep=lambda s: None)
+    with pytest.raises(SetupStepError, match=r"setup step 0 \(teleport\): unsupported step type"):
+        runner.run([{"type": "teleport", "parameters": {}}])
+    with pytest.raises(SetupStepError, match=r"setup step 1 \(activate_window\): no window matching 'Nowhere'"):
+        runner.run([{"type": "sleep", "parameters": {"seconds": 0}}, {"type": "activate_window", "parameters": {"window_name": "Nowhere"}}])
+    with pytest.raises(SetupStepError, match=r"\(open\): file to open does not exist"):
+        runner.run([{"type": "open", "parameters": {"path": "C:\\Users\\Docker\\missing.txt"}}])
+    with pytest.raises(SetupStepError, match=r"bad parameters"):
+        runner.run([{"type": "launch", "parameters": {"program": "notepad"}}])
+
+
+def test_execute_until_retries_and_gives_up(client: WAAClient, tmp_path: Path) -> None:
+    sleeps: list[float] = []
+    runner = SetupRunner(client, tmp_path, sleep=sleeps.append)
+    registry = "powershell -Command \"Get-ItemPropertyValue -Path 'HKCU:\\Control Panel\\Desktop' -Name 'WallPaper'\""
+    runner.run([{"type": "execute", "parameters": {"command": registry, "until": {"returncode": 0}, "stdout": "out.txt"}}])
+    assert sleeps == [] and (tmp_path / "out.txt").exists()
+    with pytest.raises(SetupStepError, match="never met"):
+        runner.run([{"type": "execute", "parameters": {"command": registry, "until": {"stdout": "never-printed"}}}])
+    assert len(sleeps) >= 50
+
+
+class _FlakyHandler(http.server.BaseHTTPRequestHandler):
+    hits: dict[str, int] = {}
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        count = self.hits[self.path] = self.hits.get(self.path, 0) + 1
+        if self.path.startswith("/screenshot") and count <= 2:
+            self.send_response(500)
+            self.end_headers()
+            return
+        body = b"file-content" if self.path.startswith("/download") else b"\x89PNG"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture()
+def flaky_server() -> Iterator[str]:
+    _FlakyHandler.hits = {}
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FlakyHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_reads_retry_on_5xx_and_writes_do_not(flaky_server: str) -> None:
+    client = WAAClient(flaky_server, backoff_seconds=0.01)
+    assert client.screenshot() == b"\x89PNG"
+    assert _FlakyHandler.hits["/screenshot"] == 3
+    with pytest.raises(WAAHTTPError) as info:
+        client.setup_close_all()  # POST to a server without that route: not retried
+    assert info.value.endpoint == "/setup/close_all"
+
+
+def test_unreachable_server_is_a_connection_error() -> None:
+    client = WAAClient("http://127.0.0.1:9", read_retries=1, backoff_seconds=0.01)
+    with pytest.raises(WAAConnectionError, match="/screenshot"):
+        client.screenshot()
+    assert client.probe() is False
+    with pytest.raises(WAAConnectionError, match="not ready"):
+        client.wait_until_ready(0.2, poll_seconds=0.05)
+
+
+def test_download_is_fetched_once_then_uploaded(client: WAAClient, flaky_server: str, tmp_path: Path) -> None:
+    runner = SetupRunner(client, tmp_path)
+    step = {"type": "download", "parameters": {"files": [{"url": flaky_server + "/download/a.txt", "path": "C:\\Users\\Docker\\Downloads\\a.txt"}]}}
+    runner.run([step])
+    runner.run([step])
+    assert _FlakyHandler.hits["/download/a.txt"] == 1
+    assert client.get_file("C:\\Users\\Docker\\Downloads\\a.txt") == b"file-content"

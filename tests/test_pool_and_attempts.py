@@ -1,0 +1,100 @@
+"""VM pool replacement and the outcome of one attempt when something breaks, on real processes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from adapters.agents.scripted import ScriptedAgent, load_plans
+from adapters.benchmark import BenchmarkTask, OutcomeKind
+from adapters.episode import EpisodeLimits
+from adapters.vms.base import ResetLevel
+from adapters.vms.local import LocalSimulationProvider
+from adapters.vms.pool import VMPool
+from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
+from adapters.waa.client import WAAClient
+from adapters.waa.live import LiveAdapterSettings
+from flows.attempt import AttemptContext, run_attempt
+
+CATALOG = WAATaskCatalog(bundled_suite_dir())
+PLANS = load_plans(bundled_suite_dir() / "solutions.json")
+
+
+@pytest.fixture()
+def provider(tmp_path: Path) -> Iterator[LocalSimulationProvider]:
+    p = LocalSimulationProvider(tmp_path / "vms")
+    yield p
+    p.close()
+
+
+def _ctx(provider: LocalSimulationProvider, tmp_path: Path, level: ResetLevel = ResetLevel.SNAPSHOT) -> AttemptContext:
+    return AttemptContext(
+        provider=provider,
+        catalog=CATALOG,
+        agent_factory=lambda: ScriptedAgent(PLANS),
+        reset_level=level,
+        limits=EpisodeLimits(max_steps=15),
+        cache_dir=tmp_path / "cache",
+        artifacts_dir=tmp_path / "artifacts",
+        adapter_settings=LiveAdapterSettings(settle_seconds=0),
+    )
+
+
+def test_pool_replaces_an_unhealthy_vm(provider: LocalSimulationProvider) -> None:
+    pool = VMPool(provider, size=2, run_id="t")
+    vms = pool.provision()
+    assert len(vms) == 2 and all(WAAClient(vm.base_url).probe() for vm in vms)
+    with pool.lease() as vm:
+        provider.delete(vm)  # the VM dies while a task holds it
+        vm.healthy = False
+    assert pool.replacements == 1
+    live = pool.vms()
+    assert len(live) == 2 and vm.vm_id not in {v.vm_id for v in live}
+    assert all(WAAClient(v.base_url).probe() for v in live)
+    assert pool.usage.seconds_by_vm[vm.vm_id] >= 0
+    pool.teardown()
+    assert pool.vms() == [] and not any(WAAClient(v.base_url).probe() for v in live)
+
+
+def test_dead_vm_is_an_infrastructure_error(prefect_server: None, provider: LocalSimulationProvider, tmp_path: Path) -> None:
+    vm = provider.create("dead")
+    provider.delete(vm)
+    result = run_attempt(CATALOG.load(CATALOG.task_ids()[0]), vm, _ctx(provider, tmp_path), attempt=1)
+    assert result.outcome is OutcomeKind.INFRASTRUCTURE_ERROR and not vm.healthy
+    assert "reset" in (result.error or "")
+
+
+def test_broken_setup_is_a_setup_failure(prefect_server: None, provider: LocalSimulationProvider, tmp_path: Path) -> None:
+    vm = provider.create("setup")
+    base = CATALOG.load(CATALOG.task_ids()[0])
+    broken = base.model_copy(
+        update={"raw_config": {**base.raw_config, "config": [{"type": "activate_window", "parameters": {"window_name": "No Such App"}}]}}
+    )
+    result = run_attempt(broken, vm, _ctx(provider, tmp_path), attempt=1)
+    assert result.outcome is OutcomeKind.SETUP_FAILURE and vm.healthy
+    assert "activate_window" in (result.error or "") and "No Such App" in (result.error or "")
+
+
+def test_reset_levels_restore_a_clean_vm(prefect_server: None, provider: LocalSimulationProvider, tmp_path: Path) -> None:
+    vm = provider.create("levels")
+    client = WAAClient(vm.base_url)
+    client.setup_create_folder("C:\\Users\\Docker\\Desktop\\leftover")
+    provider.reset(vm, ResetLevel.SNAPSHOT)
+    assert client.list_directory("C:\\Users\\Docker\\Desktop")["children"] == []
+    client.setup_create_folder("C:\\Users\\Docker\\Desktop\\leftover")
+    provider.reset(vm, ResetLevel.REBOOT)
+    assert WAAClient(vm.base_url).list_directory("C:\\Users\\Docker\\Desktop")["children"] == []
+    with pytest.raises(Exception, match="not available for the local provider"):
+        provider.reset(vm, ResetLevel.DISK)
+
+
+def test_a_solved_attempt_records_timings_and_steps(prefect_server: None, provider: LocalSimulationProvider, tmp_path: Path) -> None:
+    vm = provider.create("ok")
+    task: BenchmarkTask = CATALOG.load(CATALOG.task_ids()[0])
+    result = run_attempt(task, vm, _ctx(provider, tmp_path), attempt=2)
+    assert result.outcome is OutcomeKind.SUCCESS and result.attempt == 2 and result.vm_id == "ok"
+    assert set(result.timings) >= {"reset", "setup", "episode", "evaluate", "agent", "env"}
+    assert result.num_steps == len(result.steps) > 0
+    assert all(Path(s.screenshot_path).exists() for s in result.steps if s.screenshot_path)
