@@ -207,10 +207,11 @@ class WAAClient:
 
     def execute(self, command: list[str] | str, shell: bool = False) -> ExecuteResult:
         """Run a command on the VM (POST /execute). A failed command is a result, not an error."""
-        response = self._request(
-            "POST", "/execute", json={"command": command, "shell": shell}, timeout=self.timeouts.execute
-        )
-        body = self._json(response, "/execute")
+        return self._execute("/execute", command, shell)
+
+    def _execute(self, route: str, command: list[str] | str, shell: bool) -> ExecuteResult:
+        response = self._request("POST", route, json={"command": command, "shell": shell}, timeout=self.timeouts.execute)
+        body = self._json(response, route)
         return ExecuteResult(
             status=str(body.get("status", "")),
             output=str(body.get("output") or ""),
@@ -311,16 +312,7 @@ class WAAClient:
 
     def setup_execute(self, command: list[str] | str, shell: bool = False) -> ExecuteResult:
         """The same handler as /execute, under the setup prefix WAA's setup controller uses."""
-        response = self._request(
-            "POST", "/setup/execute", json={"command": command, "shell": shell}, timeout=self.timeouts.execute
-        )
-        body = self._json(response, "/setup/execute")
-        return ExecuteResult(
-            status=str(body.get("status", "")),
-            output=str(body.get("output") or ""),
-            error=str(body.get("error") or ""),
-            returncode=int(body.get("returncode", -1)),
-        )
+        return self._execute("/setup/execute", command, shell)
 
 
 def _error_message(response: requests.Response) -> str:
