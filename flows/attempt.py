@@ -87,7 +87,9 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
     except (ProviderError, WAAError) as exc:
         return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=f"reset ({ctx.reset_level.value}) failed: {exc}")
 
-    adapter = WAALiveAdapter(WAAClient(vm.base_url), ctx.catalog, ctx.cache_dir, ctx.adapter_settings)
+    adapter = WAALiveAdapter(
+        WAAClient(vm.base_url), ctx.catalog, ctx.cache_dir, ctx.adapter_settings, devtools_url=vm.devtools_url
+    )
     try:
         try:
             timed("setup", setup_task, adapter, task)

@@ -2,6 +2,7 @@
 
     arena run                      evaluate the bundled suite on the local simulation
     arena tasks list --waa-dir D   list a WAA task directory by domain
+    arena probe URL                check a WAA server layer by layer
 """
 
 from __future__ import annotations
@@ -63,6 +64,16 @@ def _tasks_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _probe(args: argparse.Namespace) -> int:
+    from adapters.waa.client import WAAClient
+    from adapters.waa.probe import format_probe, probe_server
+
+    client = WAAClient(args.url, read_retries=1)
+    results = probe_server(client, ready_deadline=args.wait)
+    print(format_probe(args.url, results))
+    return 0 if all(r.ok for r in results) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="arena", description="Windows Agent Arena evaluations with Prefect and DuckDB")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -84,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--artifacts", type=Path, help="screenshot directory (default results/artifacts)")
     run.add_argument("--run-id", help="resume or name a run")
     run.set_defaults(func=_run)
+
+    probe = sub.add_parser("probe", help="check a WAA server layer by layer")
+    probe.add_argument("url", help="the WAA server, e.g. http://127.0.0.1:5000")
+    probe.add_argument("--wait", type=float, default=0.0, help="seconds to wait for the server to become ready")
+    probe.set_defaults(func=_probe)
 
     tasks = sub.add_parser("tasks", help="inspect task suites")
     tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True)

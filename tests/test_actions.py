@@ -107,3 +107,29 @@ def test_schema_rejects_incomplete_actions() -> None:
 def test_untypable_characters_are_reported() -> None:
     assert untypable_characters("héllo\r") == {"é", "\r"}
     assert untypable_characters("plain ascii\n\t") == set()
+
+
+def test_clipboard_chunks_never_contain_error() -> None:
+    from adapters.waa.actions import clipboard_chunks, to_clipboard_paste
+
+    for text in ["no problem", "Error", "an error, ERRORERROR and errors", "errerror", "é error ü"]:
+        chunks = clipboard_chunks(text)
+        assert "".join(chunks) == text
+        assert all("error" not in c.lower() for c in chunks)
+    code = to_clipboard_paste("x'); import os #\nerror")
+    calls = [ast.unparse(c.func) for c in _calls(code)]
+    assert set(calls) == {"computer.clipboard.copy_text", "computer.clipboard.paste"}
+    pasted = "".join(c.args[0].value for c in _calls(code) if c.args)
+    assert pasted == "x'); import os #\nerror"
+
+
+def test_element_click_goes_through_move_id() -> None:
+    from adapters.waa.actions import to_computer_click
+
+    code = to_computer_click(BenchmarkAction(type=ActionType.DOUBLE_CLICK, target_node_id="7", modifiers=["ctrl"]), 3)
+    assert code.splitlines() == [
+        "computer.keyboard.keyDown('ctrl')",
+        "computer.mouse.move_id(3)",
+        "computer.mouse.double_click()",
+        "computer.keyboard.keyUp('ctrl')",
+    ]

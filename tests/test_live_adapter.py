@@ -152,3 +152,17 @@ def test_download_is_fetched_once_then_uploaded(client: WAAClient, flaky_server:
     runner.run([step])
     assert _FlakyHandler.hits["/download/a.txt"] == 1
     assert client.get_file("C:\\Users\\Docker\\Downloads\\a.txt") == b"file-content"
+
+
+def test_launch_is_verified_by_a_new_window(client: WAAClient, tmp_path: Path) -> None:
+    runner = SetupRunner(client, tmp_path, launch_verify_seconds=0.5)
+    runner.run([{"type": "launch", "parameters": {"command": ["cmd", "/c", "start ms-settings:storagesense"]}}])
+    assert "Settings" in client.obs_winagent().window_names
+    # The simulation, like WAA, answers 200 for a program it cannot start: verification catches it.
+    with pytest.raises(SetupStepError, match=r"setup step 0 \(launch\): 'vlc' was launched but no new window appeared"):
+        runner.run([{"type": "launch", "parameters": {"command": "vlc"}}])
+    # socat (launched by 23 real tasks) does not exist on Windows: skipped and noted, not failed.
+    runner.run([{"type": "launch", "parameters": {"command": ["socat", "tcp-listen:9222,fork", "tcp:localhost:1337"]}}])
+    assert any("socat" in note for note in runner.notes)
+    # Commands with no window to check (process control) are not verified.
+    runner.run([{"type": "launch", "parameters": {"command": ["powershell", "-Command", "Stop-Process", "-Name", "vlc"]}}])

@@ -32,6 +32,8 @@ class VMHandle:
     vm_id: str
     base_url: str
     provider: str
+    # The browser's DevTools HTTP endpoint (WAA's VM port 9222), for chrome_* setup steps.
+    devtools_url: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     healthy: bool = True
 

@@ -53,7 +53,14 @@ class LocalSimulationProvider(VMProvider):
         return self._handle(vm_id, process)
 
     def _handle(self, vm_id: str, process: LocalEnvHandle) -> VMHandle:
-        return VMHandle(vm_id=vm_id, base_url=process.base_url, provider=self.name, details={"pid": process.pid})
+        # The simulation has no browser; its DevTools routes refuse with a clear message.
+        return VMHandle(
+            vm_id=vm_id,
+            base_url=process.base_url,
+            provider=self.name,
+            devtools_url=process.base_url,
+            details={"pid": process.pid},
+        )
 
     def reset(self, vm: VMHandle, level: ResetLevel) -> None:
         if level is ResetLevel.SETUP:
@@ -69,7 +76,7 @@ class LocalSimulationProvider(VMProvider):
         if level is ResetLevel.REBOOT:
             self.delete(vm)
             fresh = self.create(vm.vm_id)
-            vm.base_url, vm.details = fresh.base_url, fresh.details
+            vm.base_url, vm.devtools_url, vm.details = fresh.base_url, fresh.devtools_url, fresh.details
             WAAClient(vm.base_url).wait_until_ready(30)
             return
         raise ProviderError(f"reset level {level.value!r} is not available for the local provider")

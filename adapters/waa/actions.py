@@ -159,6 +159,48 @@ def to_pyautogui(action: BenchmarkAction, screen: Screen) -> str | None:
     raise ActionTranslationError(f"no translation for action type {t.value}")
 
 
+_COMPUTER_CLICKS = {
+    ActionType.CLICK: "single_click",
+    ActionType.DOUBLE_CLICK: "double_click",
+    ActionType.RIGHT_CLICK: "right_click",
+}
+
+
+def to_computer_click(action: BenchmarkAction, mark_index: int) -> str:
+    """`computer.*` code clicking Set-of-Marks element `mark_index` (run via /execute_windows)."""
+    keys = [normalize_key(m) for m in action.modifiers]
+    lines = [f"computer.keyboard.keyDown({k!r})" for k in keys]
+    lines.append(f"computer.mouse.move_id({int(mark_index)})")
+    lines.append(f"computer.mouse.{_COMPUTER_CLICKS[action.type]}()")
+    lines += [f"computer.keyboard.keyUp({k!r})" for k in reversed(keys)]
+    return "\n".join(lines)
+
+
+def clipboard_chunks(text: str) -> list[str]:
+    """Split text so that no piece contains "error" in any case.
+
+    The server's `computer.clipboard.copy_text` prints its text, and /execute_windows answers 500
+    whenever the printed output contains "error"; cutting every occurrence in two avoids that.
+    """
+    chunks: list[str] = []
+    rest = text
+    while True:
+        at = rest.lower().find("error")
+        if at < 0:
+            break
+        chunks.append(rest[: at + 3])
+        rest = rest[at + 3 :]
+    chunks.append(rest)
+    return [c for c in chunks if c]
+
+
+def to_clipboard_paste(text: str) -> str:
+    """`computer.*` code that types `text` verbatim through the clipboard (any unicode)."""
+    return "\n".join(
+        f"computer.clipboard.copy_text({chunk!r})\ncomputer.clipboard.paste()" for chunk in clipboard_chunks(text)
+    )
+
+
 def to_execute_command(code: str) -> list[str]:
     """The /execute payload that runs `code` with pyautogui, as WAA's action space does."""
     return ["python", "-c", PREAMBLE + code]

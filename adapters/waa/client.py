@@ -245,6 +245,59 @@ class WAAClient:
             return None
         return self._json(response, "/list_directory").get("directory_tree")
 
+    def wallpaper(self) -> bytes | None:
+        """The desktop wallpaper image (POST /wallpaper); None when none is set (WAA answers 404/500)."""
+        response = self._request("POST", "/wallpaper", idempotent=False, ok_statuses=(200, 404, 500))
+        return response.content if response.status_code == 200 else None
+
+    def cursor_position(self) -> tuple[int, int]:
+        """GET /cursor_position. The real route returns a bare tuple Flask rejects: expect a WAAHTTPError 500."""
+        body = self._json(self._request("GET", "/cursor_position"), "/cursor_position")
+        return int(body[0]), int(body[1])
+
+    def is_details_view(self, path: str) -> bool:
+        """Whether File Explorer shows `path` in Details view (200 yes, 400 no)."""
+        return self._yes_no("/is_details_view", {"path": path})
+
+    def are_files_sorted_by_modified_time(self, directory: str) -> bool:
+        return self._yes_no("/are_files_sorted_by_modified_time", {"directory": directory})
+
+    def is_directory_read_only_for_user(self, directory: str, user: str) -> bool:
+        return self._yes_no("/is_directory_read_only_for_user", {"directory": directory, "user": user})
+
+    def are_all_images_tagged(self, directory: str, tag: str) -> bool:
+        return self._yes_no("/are_all_images_tagged", {"directory": directory, "tag": tag})
+
+    def check_if_timer_started(self, hours: int, minutes: int, seconds: int) -> bool:
+        return self._yes_no("/check_if_timer_started", {"hours": hours, "minutes": minutes, "seconds": seconds})
+
+    def check_if_world_clock_exists(self, city: str, country: str) -> bool:
+        return self._yes_no("/check_if_world_clock_exists", {"city": city, "country": country})
+
+    def library_folders(self, library_name: str) -> list[str] | None:
+        """Folders of a Windows library (POST /library_folders); None when the library does not exist."""
+        response = self._request(
+            "POST", "/library_folders", json={"library_name": library_name}, idempotent=True, ok_statuses=(200, 400)
+        )
+        if response.status_code == 400:
+            return None
+        return list(self._json(response, "/library_folders").get("output") or [])
+
+    def terminal_output(self) -> str | None:
+        """GET /terminal: Linux only on WAA; a Windows server answers 500."""
+        return self._json(self._request("GET", "/terminal", idempotent=True), "/terminal").get("output")
+
+    def window_size(self, app_class_name: str) -> dict[str, Any]:
+        """POST /window_size (form field app_class_name): Linux only on WAA."""
+        return self._json(self._request("POST", "/window_size", data={"app_class_name": app_class_name}), "/window_size")
+
+    def start_recording(self) -> None:
+        self._request("POST", "/start_recording", json={})
+
+    def end_recording(self) -> dict[str, Any]:
+        """Stops the screen recording; WAA answers JSON, not the video."""
+        return self._json(self._request("POST", "/end_recording", json={}, timeout=120), "/end_recording")
+
     def file_exists(self, folder: str, file_name: str) -> bool:
         """True when `file_name` is a file inside `folder` (POST /file_exists: 200 yes, 400 no)."""
         return self._yes_no("/file_exists", {"path": folder, "file_name": file_name})
@@ -299,6 +352,25 @@ class WAAClient:
 
     def setup_recycle(self, path: str) -> None:
         self._request("POST", "/setup/recycle", json={"path": path})
+
+    def setup_change_wallpaper(self, path: str) -> None:
+        self._request("POST", "/setup/change_wallpaper", json={"path": path})
+
+    def setup_download_file(self, url: str, path: str) -> None:
+        """The VM downloads `url` itself (WAA's client never uses this; the host downloads instead)."""
+        self._request("POST", "/setup/download_file", json={"url": url, "path": path}, timeout=300)
+
+    def shutdown(self) -> None:
+        """POST /shutdown: powers the VM off (used when building a golden image)."""
+        self._request("POST", "/shutdown", json={})
+
+    def save_state(self) -> None:
+        """POST /save_state: broken on WAA's server; kept for completeness."""
+        self._request("POST", "/save_state", json={})
+
+    def revert_to_snapshot(self) -> None:
+        """POST /revert_to_snapshot: WAA answers 501; snapshots are the VM provider's job."""
+        self._request("POST", "/revert_to_snapshot", json={})
 
     def setup_upload(self, path: str, data: bytes) -> None:
         """Write `data` to `path` on the VM (multipart POST /setup/upload)."""

@@ -23,13 +23,27 @@ from adapters.benchmark import (
     OutcomeKind,
 )
 from adapters.waa.accessibility import focused_element, parse_accessibility_xml
-from adapters.waa.actions import Screen, to_execute_command, to_pyautogui
+from adapters.waa.actions import (
+    Screen,
+    clamp,
+    to_clipboard_paste,
+    to_computer_click,
+    to_execute_command,
+    to_pyautogui,
+    untypable_characters,
+)
 from adapters.waa.catalog import WAATaskCatalog
 from adapters.waa.client import WAAClient
+from adapters.waa.errors import WAAHTTPError
+from adapters.waa.grounding import Marks, draw_marks
 from adapters.waa.evaluator import evaluate_task
 from adapters.waa.setup_steps import SetupRunner
 
-ObservationType = Literal["screenshot", "a11y_tree", "screenshot_a11y_tree"]
+ObservationType = Literal["screenshot", "a11y_tree", "screenshot_a11y_tree", "som"]
+"""What each observation carries: "som" is the screenshot with Set-of-Marks labels plus the tree."""
+
+_POINTER = {ActionType.CLICK, ActionType.DOUBLE_CLICK, ActionType.RIGHT_CLICK}
+_FAILSAFE_MARKERS = ("fail-safe", "failsafe")
 
 
 class ActionRejected(RuntimeError):
@@ -42,6 +56,11 @@ class LiveAdapterSettings:
 
     observation_type: ObservationType = "screenshot_a11y_tree"
     accessibility_backend: str = "uia"
+    # Clicks on an element id go through the server's computer.mouse.move_id (WAA's Set-of-Marks
+    # path); "pyautogui" clicks the element's centre instead.
+    element_clicks: Literal["computer", "pyautogui"] = "computer"
+    # How long a launched program may take to show a window before setup counts as failed.
+    launch_verify_seconds: float = 30.0
     # WAA waits after every action so the UI settles before the next observation.
     settle_seconds: float = 3.0
     offline_evaluation: bool = False
@@ -56,15 +75,21 @@ class WAALiveAdapter(BenchmarkAdapter):
         catalog: WAATaskCatalog,
         cache_dir: Path,
         settings: LiveAdapterSettings | None = None,
+        devtools_url: str | None = None,
     ) -> None:
         self.client = client
         self.catalog = catalog
         self.cache_dir = cache_dir
         self.settings = settings or LiveAdapterSettings()
-        self.setup_runner = SetupRunner(client, cache_dir)
+        self.setup_runner = SetupRunner(
+            client, cache_dir, launch_verify_seconds=self.settings.launch_verify_seconds, devtools_url=devtools_url
+        )
         self._screen_size: tuple[int, int] | None = None
         self._last_observation: BenchmarkObservation | None = None
         self._last_action: BenchmarkAction | None = None
+        self._marks = Marks(())
+        self._marks_sent: str | None = None  # fingerprint of the marks the server knows
+        self._screenshot: bytes | None = None
 
     # -- catalog ---------------------------------------------------------------------------
 
@@ -81,6 +106,7 @@ class WAALiveAdapter(BenchmarkAdapter):
         clean_desktop(self.client)
         self._last_observation = None
         self._last_action = None
+        self._marks, self._marks_sent = Marks(()), None
 
     def run_setup(self, task: BenchmarkTask) -> None:
         """Run the task's `config` steps; raises SetupStepError naming a failed step."""
@@ -94,13 +120,16 @@ class WAALiveAdapter(BenchmarkAdapter):
     def observe(self) -> BenchmarkObservation:
         """Screenshot, accessibility tree and window title, as the settings ask."""
         kind = self.settings.observation_type
-        screenshot = self.client.screenshot() if "screenshot" in kind else None
+        screenshot = self.client.screenshot() if kind != "a11y_tree" else None
         tree = None
-        if "a11y" in kind:
+        if kind != "screenshot":
             tree = parse_accessibility_xml(self.client.accessibility(self.settings.accessibility_backend))
         window = self.client.obs_winagent()
+        self._marks = Marks.from_tree(tree)
+        self._screenshot = screenshot
+        shown = draw_marks(screenshot, self._marks) if kind == "som" and screenshot else screenshot
         observation = BenchmarkObservation(
-            screenshot=screenshot,
+            screenshot=shown,
             viewport=self.screen_size(),
             accessibility_tree=tree,
             window_title=window.window_title,
@@ -111,8 +140,59 @@ class WAALiveAdapter(BenchmarkAdapter):
         return observation
 
     def apply(self, action: BenchmarkAction) -> None:
-        """Run one action on the VM; raises ActionRejected when the VM could not run it."""
+        """Run one action on the VM; raises ActionRejected when the VM could not run it.
+
+        Element clicks go through the server's Set-of-Marks path, text pyautogui cannot type
+        (non-ASCII, carriage returns) through the clipboard, everything else through pyautogui.
+        """
         self._last_action = action
+        if action.type in _POINTER and action.target_node_id is not None and action.x is None:
+            index = self._marks.index_of(action.target_node_id)
+            if self.settings.element_clicks == "computer" and index is not None and not self._near_corner(index):
+                self._send_marks()
+                self._execute_windows(to_computer_click(action, index), action)
+                return
+        if action.type is ActionType.TYPE and action.text and untypable_characters(action.text):
+            self._execute_windows(to_clipboard_paste(action.text), action)
+            return
+        self._execute_pyautogui(action)
+
+    def _near_corner(self, index: int) -> bool:
+        """move_id goes to the element's centre unclamped; near a corner use clamped pyautogui."""
+        centre = self._marks.elements[index].center
+        width, height = self.screen_size()
+        return centre is None or clamp(centre[0], centre[1], Screen(width, height)) != centre
+
+    def _send_marks(self) -> None:
+        """Tell the server which rectangle each mark index means, unless it already knows."""
+        fingerprint = self._marks.fingerprint()
+        if fingerprint == self._marks_sent:
+            return
+        screenshot = self._screenshot or self.client.screenshot()
+        width, height = self.screen_size()
+        self.client.update_computer(self._marks.update_computer_payload(screenshot, width, height))
+        self._marks_sent = fingerprint
+
+    def _execute_windows(self, code: str, action: BenchmarkAction) -> None:
+        """Run computer.* code; if pyautogui's fail-safe fired, move the pointer away and retry once."""
+        for attempt in (1, 2):
+            try:
+                self.client.execute_windows(code)
+                return
+            except WAAHTTPError as exc:
+                failsafe = any(m in exc.message.lower() for m in _FAILSAFE_MARKERS)
+                if not failsafe or attempt == 2:
+                    raise ActionRejected(f"{action.describe()} failed on the VM: {exc.message}") from exc
+                self.recover_from_failsafe()
+
+    def recover_from_failsafe(self) -> None:
+        """Move the pointer to the screen centre with the fail-safe off, so actions work again."""
+        width, height = self.screen_size()
+        result = self.client.execute(to_execute_command(f"pyautogui.moveTo({width // 2}, {height // 2})"))
+        if not result.ok:
+            raise ActionRejected(f"could not recover from the pyautogui fail-safe: {result.error.strip()}")
+
+    def _execute_pyautogui(self, action: BenchmarkAction) -> None:
         tree = self._last_observation.accessibility_tree if self._last_observation else None
         width, height = self.screen_size()
         code = to_pyautogui(action, Screen(width=width, height=height, tree=tree))

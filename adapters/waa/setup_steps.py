@@ -26,6 +26,28 @@ UNTIL_MAX_FAILURES = 5
 UNTIL_MAX_ATTEMPTS = 100
 
 
+# Programs that open a window when launched, so a launch can be verified by a new window. Other
+# launches (powershell/Stop-Process, cmd scripts) have no visible effect we could check.
+GUI_PROGRAMS = (
+    "vlc", "code", "chrome", "google-chrome", "msedge", "explorer", "calc", "notepad", "mspaint",
+    "ms-clock:", "ms-settings:", "ms-photos:", "wordpad", "soffice", "swriter", "scalc", "libreoffice",
+)
+# 23 real WAA tasks launch `socat`, a Linux port forwarder that does not exist on Windows.
+NO_OP_PROGRAMS = ("socat",)
+
+
+def launched_program(command: str | list[str]) -> str:
+    """The program a launch command starts, looking through `start` and `cmd /c start` wrappers."""
+    parts = command.split() if isinstance(command, str) else [str(p) for p in command]
+    parts = [p for part in parts for p in part.split()]
+    while parts and parts[0].lower() in ("start", "cmd", "/c", 'start""'):
+        parts = parts[1:]
+    if not parts:
+        return ""
+    program = parts[0].strip('"').lower()
+    return program.rsplit("\\", 1)[-1].removesuffix(".exe")
+
+
 class SetupStepError(RuntimeError):
     """A setup step failed; the message names the step's position and type."""
 
@@ -45,11 +67,17 @@ class SetupRunner:
         *,
         sleep: Callable[[float], None] = time.sleep,
         download_timeout: float = 120.0,
+        launch_verify_seconds: float = 30.0,
+        devtools_url: str | None = None,
     ) -> None:
         self.client = client
         self.cache_dir = cache_dir
         self._sleep = sleep
         self.download_timeout = download_timeout
+        # WAA's /setup/launch answers 200 even when nothing starts: wait this long for a window.
+        self.launch_verify_seconds = launch_verify_seconds
+        self.devtools_url = devtools_url
+        self.notes: list[str] = []
         self._handlers: dict[str, Callable[..., None]] = {
             "launch": self._launch,
             "open": self._open,
@@ -96,7 +124,42 @@ class SetupRunner:
     def _launch(self, command: str | list[str], shell: bool = False) -> None:
         if not command:
             raise ValueError("empty command")
+        if not shell and isinstance(command, str) and len(command.split()) > 1:
+            command = command.split()  # as WAA's setup controller does
+        program = launched_program(command)
+        if program in NO_OP_PROGRAMS:
+            self.notes.append(f"launch of {program!r} skipped: it does not exist on Windows (WAA data bug)")
+            return
+        verify = self.launch_verify_seconds > 0 and program.startswith(GUI_PROGRAMS)
+        before = self._window_titles() if verify else None
         self.client.setup_launch(command, shell)
+        if before is not None:
+            self._wait_for_new_window(program, before)
+
+    def _window_titles(self) -> set[str] | None:
+        """Titles of the open windows, or None when the server cannot list them."""
+        try:
+            names = self.client.obs_winagent().window_names
+        except WAAConnectionError:
+            raise
+        except WAAError as exc:
+            self.notes.append(f"window list unavailable, launch not verified: {exc}")
+            return None
+        return {line.strip() for line in names.splitlines() if line.strip()}
+
+    def _wait_for_new_window(self, program: str, before: set[str]) -> None:
+        deadline = time.monotonic() + self.launch_verify_seconds
+        while True:
+            now = self._window_titles()
+            if now is None or now - before:
+                return
+            if time.monotonic() >= deadline:
+                raise ValueError(
+                    f"{program!r} was launched but no new window appeared within "
+                    f"{self.launch_verify_seconds:g} s (WAA's /setup/launch reports success even when "
+                    "nothing starts)"
+                )
+            self._sleep(0.5)
 
     def _open(self, path: str) -> None:
         if not self.client.setup_open_file(path):
