@@ -16,6 +16,7 @@ from typing import Any
 
 import requests
 
+from adapters.waa.browser_setup import BrowserSetupError, DevToolsClient, close_tabs, open_tabs, update_browse_history
 from adapters.waa.client import ExecuteResult, WAAClient
 from adapters.waa.errors import WAAConnectionError, WAAError
 
@@ -90,6 +91,11 @@ class SetupRunner:
             "recycle_file": self._recycle_file,
             "download": self._download,
             "close_all": self._close_all,
+            "chrome_open_tabs": self._open_tabs,
+            "edge_open_tabs": self._open_tabs,
+            "chrome_close_tabs": self._close_tabs,
+            "update_browse_history": self._update_history_chrome,
+            "update_browse_history_edge": self._update_history_edge,
         }
 
     @property
@@ -116,7 +122,7 @@ class SetupRunner:
                 raise  # the VM is gone: infrastructure, not a setup failure
             except TypeError as exc:
                 raise SetupStepError(index, step_type, f"bad parameters {sorted(parameters)}: {exc}") from exc
-            except (WAAError, ValueError, OSError, requests.RequestException) as exc:
+            except (WAAError, BrowserSetupError, ValueError, OSError, requests.RequestException) as exc:
                 raise SetupStepError(index, step_type, str(exc)) from exc
 
     # -- step handlers: keyword names are WAA's parameter names --------------------------------
@@ -197,6 +203,10 @@ class SetupRunner:
                 self._save_output(stdout, result.output)
                 self._save_output(stderr, result.error)
                 if not until:
+                    # WAA ignores the exit code here, and real tasks rely on it (postconfig
+                    # `taskkill` of a browser the agent already closed exits 128): keep a note.
+                    if not result.ok:
+                        self.notes.append(f"command exited {result.returncode}: {command!r:.120}")
                     return
                 if _until_met(until, result):
                     return
@@ -231,6 +241,23 @@ class SetupRunner:
     def _close_all(self) -> None:
         self.client.setup_close_all()
 
+    def _devtools(self) -> DevToolsClient:
+        if not self.devtools_url:
+            raise ValueError("this VM has no browser DevTools endpoint configured")
+        return DevToolsClient(self.devtools_url)
+
+    def _open_tabs(self, urls_to_open: list[str]) -> None:
+        open_tabs(self._devtools(), urls_to_open, sleep=self._sleep)
+
+    def _close_tabs(self, urls_to_close: list[str]) -> None:
+        close_tabs(self._devtools(), urls_to_close, sleep=self._sleep)
+
+    def _update_history_chrome(self, history: list[dict[str, Any]]) -> None:
+        update_browse_history(self.client, history, "chrome")
+
+    def _update_history_edge(self, history: list[dict[str, Any]]) -> None:
+        update_browse_history(self.client, history, "edge")
+
     def _download(self, files: list[dict[str, str]]) -> None:
         for entry in files:
             url, path = entry.get("url"), entry.get("path")
@@ -238,10 +265,14 @@ class SetupRunner:
                 raise ValueError(f"download entry needs url and path, got {entry!r}")
             self.client.setup_upload(path, self._fetch_cached(url, PureWindowsPath(path).name))
 
+    def download_cache_path(self, url: str, name: str) -> Path:
+        """Where the host keeps its copy of a downloaded file (one per URL)."""
+        digest = hashlib.sha256(url.encode()).hexdigest()[:32]
+        return self.cache_dir / "downloads" / f"{digest}_{Path(name).name}"
+
     def _fetch_cached(self, url: str, name: str) -> bytes:
         """Download on the host once per URL (WAA's behaviour), then reuse the cached copy."""
-        digest = hashlib.sha256(url.encode()).hexdigest()[:32]
-        cached = self.cache_dir / "downloads" / f"{digest}_{Path(name).name}"
+        cached = self.download_cache_path(url, name)
         if cached.exists():
             return cached.read_bytes()
         response = requests.get(url, timeout=self.download_timeout)

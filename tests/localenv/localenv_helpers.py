@@ -3,6 +3,7 @@ clash with other directories' conftest modules)."""
 
 from __future__ import annotations
 
+import base64
 import re
 import xml.etree.ElementTree as ET
 
@@ -31,6 +32,19 @@ class Client:
         r = self.post("/execute", json={"command": ["python", "-c", "import pyautogui; import time; pyautogui.FAILSAFE = False; " + code], "shell": False})
         assert r.status_code == 200, r.text
         return r.json()
+
+    def update_computer(self, rects: list | None = None) -> None:
+        """Give the server's ``computer`` object the whole screen as its window (needed by /execute_windows)."""
+        shot = base64.b64encode(self.get("/screenshot").content).decode()
+        r = self.post("/update_computer", json={"rects": rects or [[0, 0, 10, 10]], "window_rect": [0, 0, 1280, 800],
+                                                "screenshot": shot, "scale": [1, 1]})
+        assert r.json() == {"success": True}, r.text
+
+    def computer(self, code: str) -> requests.Response:
+        return self.post("/execute_windows", json={"command": code})
+
+    def title(self) -> str:
+        return self.get("/obs_winagent").json()["window_title"]
 
     def tree(self) -> ET.Element:
         return ET.fromstring(self.get("/accessibility", params={"backend": "uia"}).json()["AT"])

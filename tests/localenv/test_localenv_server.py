@@ -186,8 +186,12 @@ def test_launch_and_window_routes(client):
 
 
 def test_failsafe_over_http(client):
+    # As pyautogui: the move into the corner itself passes, the next call trips the fail-safe.
     body = client.post("/execute", json={"command": ["python", "-c", "import pyautogui; pyautogui.moveTo(0, 0)"]}).json()
-    assert body["returncode"] == 1 and "FailSafeException" in body["error"]
+    assert body["returncode"] == 0, body
+    body = client.post("/execute", json={"command": ["python", "-c", "import pyautogui; pyautogui.moveTo(9, 9)"]}).json()
+    assert body["returncode"] == 1 and "pyautogui.FailSafeException: PyAutoGUI fail-safe triggered" in body["error"]
+    assert client.pyautogui("pyautogui.moveTo(9, 9)")["returncode"] == 0  # FAILSAFE = False gets it out
 
 
 def test_refuses_remote_host_and_reports_startup_failure(tmp_path):

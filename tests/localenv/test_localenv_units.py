@@ -109,8 +109,10 @@ def test_typing_drops_what_pyautogui_cannot_type(fs):
 def test_failsafe_triggers_only_when_enabled(fs):
     desk = _desk(fs)
     with pytest.raises(actioncode.ActionError) as ei:
-        actioncode.Runner(desk, failsafe=True).run(actioncode.parse("import pyautogui; pyautogui.moveTo(0, 0)", dialect="python"))
-    assert "FailSafe" in ei.value.exc_type
+        actioncode.Runner(desk, failsafe=True).run(
+            actioncode.parse("import pyautogui; pyautogui.moveTo(0, 0); pyautogui.press('a')", dialect="python"))
+    assert ei.value.exc_type == "pyautogui.FailSafeException" and ei.value.message == actioncode.FAILSAFE_MESSAGE
+    assert ei.value.lineno == 1 and desk.mouse == (0, 0)  # the move went through; press() tripped
     desk.mouse = (0, 0)
     actioncode.Runner(desk, failsafe=True).run(
         actioncode.parse("import pyautogui; pyautogui.FAILSAFE = False; pyautogui.moveTo(0, 799)", dialect="python"))

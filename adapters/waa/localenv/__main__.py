@@ -5,6 +5,12 @@ With ``--port 0`` a free port is chosen; once listening, the port number is writ
 ``WAA SIMULATION listening on http://HOST:PORT`` is printed. The API is unauthenticated, like
 the real server, so a non-loopback host is refused unless ``--allow-remote`` is given.
 SIGTERM and SIGINT stop the server cleanly.
+
+``--quirks`` turns on quirks mode (see :mod:`.quirks`), tuned by ``--ready-delay``,
+``--accessibility-delay``, ``--launch-delay`` and ``--failsafe/--no-failsafe``. While the
+readiness delay runs, the HTTP server resets (TCP RST, no answer) every connection whose request
+is not for ``/sim/*``, as a VM whose WAA server is not up yet; the port file is written when
+that delay starts, so a launcher can return at once and leave the waiting to its caller.
 """
 
 from __future__ import annotations
@@ -14,14 +20,38 @@ import ipaddress
 import logging
 import os
 import signal
+import socket
+import struct
 import sys
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from werkzeug.serving import make_server
+from werkzeug.serving import WSGIRequestHandler, make_server
 
 from .environment import SimEnvironment
+from .quirks import QuirkSettings
 from .server import create_app
+
+
+def _gated_handler(env: SimEnvironment) -> type[WSGIRequestHandler]:
+    """A request handler that resets connections while the simulated server is not up yet."""
+
+    class GatedHandler(WSGIRequestHandler):
+        def run_wsgi(self) -> None:
+            if env.is_ready() or urlsplit(self.path).path.startswith("/sim/"):
+                super().run_wsgi()
+                return
+            # Not up yet: no HTTP answer at all. SO_LINGER 0 makes close() send RST at once,
+            # so the client sees "connection reset" as from a port nobody serves properly yet.
+            self.close_connection = True
+            try:
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.connection.close()
+            except OSError:
+                pass
+
+    return GatedHandler
 
 
 def _is_loopback(host: str) -> bool:
@@ -43,7 +73,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--width", type=int, default=1280)
     p.add_argument("--height", type=int, default=800)
     p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback host (no authentication!)")
+    d = QuirkSettings()
+    q = p.add_argument_group("quirks mode", "the real server's slow/awkward behaviours (only with --quirks)")
+    q.add_argument("--quirks", action="store_true", help="turn quirks mode on")
+    q.add_argument("--ready-delay", type=float, help=f"seconds the server pretends not to be up (default {d.ready_delay})")
+    q.add_argument("--accessibility-delay", type=float,
+                   help=f"seconds GET /accessibility sleeps (default {d.accessibility_delay})")
+    q.add_argument("--launch-delay", type=float,
+                   help=f"seconds before a /setup/launch window opens (default {d.launch_delay})")
+    q.add_argument("--failsafe", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"pyautogui fail-safe in the server process (default {'on' if d.failsafe else 'off'})")
     args = p.parse_args(argv)
+    knobs = {"ready_delay": args.ready_delay, "accessibility_delay": args.accessibility_delay,
+             "launch_delay": args.launch_delay, "failsafe": args.failsafe}
+    knobs = {k: v for k, v in knobs.items() if v is not None}
+    if knobs and not args.quirks:
+        print(f"quirk settings {sorted(knobs)} need --quirks", file=sys.stderr)
+        return 2
+    try:
+        quirks = QuirkSettings.from_dict(knobs) if args.quirks else None
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
     if not _is_loopback(args.host) and not args.allow_remote:
         print(f"refusing to listen on non-loopback host {args.host!r}: the WAA API is unauthenticated; "
               "pass --allow-remote to insist", file=sys.stderr)
@@ -54,10 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
-    env = SimEnvironment(args.root, args.width, args.height)
+    env = SimEnvironment(args.root, args.width, args.height, quirks=quirks)
     env.save_snapshot("initial")
-    server = make_server(args.host, args.port, create_app(env), threaded=True)
+    server = make_server(args.host, args.port, create_app(env), threaded=True, request_handler=_gated_handler(env))
     port = server.socket.getsockname()[1]
+    env.start_ready_clock()
     if args.port_file:
         tmp = args.port_file.with_name(args.port_file.name + f".{os.getpid()}.tmp")
         tmp.write_text(str(port))
@@ -68,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    mode = f", quirks {quirks.to_dict()}" if quirks else ""
     print(f"WAA SIMULATION listening on http://{args.host}:{port} "
-          f"(simulated Windows desktop {args.width}x{args.height}, root {args.root})", flush=True)
+          f"(simulated Windows desktop {args.width}x{args.height}, root {args.root}{mode})", flush=True)
     try:
         server.serve_forever(poll_interval=0.05)  # SIGTERM is answered within 50 ms
     finally:

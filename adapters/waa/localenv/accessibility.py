@@ -17,7 +17,9 @@ Format (as the real server builds it for ``backend=uia`` / ``win32`` with pywina
   ``st:editable`` (all ``"true"``/``"false"``); ``cp:screencoord="(x, y)"`` and
   ``cp:size="(w, h)"`` in screen pixels; ``val:value`` for edits, combo boxes, switches and
   list items; ``win:class`` with the pywinauto wrapper class repr, as the real server writes;
-* the element's text (an edit's contents) as XML text, omitted when equal to the name.
+* the element's text (an edit's contents) as XML text, omitted when equal to the name; any
+  Unicode text is kept verbatim (``\r`` as ``&#13;``), except characters XML 1.0 cannot carry
+  (C0 controls other than tab/newline/CR, lone surrogates, U+FFFE/U+FFFF), shown as U+FFFD.
 
 Element ids (a simulation addition; the real server emits none): every element except the
 ``desktop`` root carries ``id="N"``, its 0-based position in document (pre-)order. That is the
@@ -30,6 +32,8 @@ children at (-32000, -32000), as Windows places them.
 """
 
 from __future__ import annotations
+
+import re
 
 from .desktop import Control, Desktop
 
@@ -78,7 +82,12 @@ def wrapper_class(role: str, backend: str) -> str:
     return f"<class 'pywinauto.controls.{mod}'>"
 
 
+_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
 def _esc(s: str, attr: bool = False) -> str:
+    # Characters XML 1.0 cannot carry at all (most C0 controls, lone surrogates) become U+FFFD.
+    s = _XML_INVALID.sub("\ufffd", s)
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     if attr:
         s = s.replace('"', "&quot;").replace("\n", "&#10;").replace("\r", "&#13;").replace("\t", "&#9;")

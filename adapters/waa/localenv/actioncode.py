@@ -16,11 +16,19 @@ typed, never run. The whole program is checked before any of it is applied, so a
 program changes nothing (a real interpreter would have run the statements before the bad one).
 
 Typing follows pyautogui on Windows: only printable ASCII plus ``\\n``, ``\\t`` and ``\\b`` reach
-the desktop; other characters are dropped. ``time.sleep`` is capped at 5 s per call.
-Fail-safe: in a ``python -c`` process the fail-safe is on unless the program sets
-``pyautogui.FAILSAFE = False``; a pyautogui call made while the pointer is in a screen corner,
-or a move that ends in one, raises a fail-safe error. The server process itself runs with the
-fail-safe off (WAA's ``main.py`` disables it), so ``/execute_windows`` has it off by default.
+the desktop; other characters are dropped. Text pyautogui cannot type reaches an edit verbatim
+through the clipboard: ``computer.clipboard.copy_text(text)`` (any Unicode; like the real one it
+also prints the text, so text containing "error" makes ``/execute_windows`` answer 500 after the
+copy) then ``computer.clipboard.paste()`` or ``pyautogui.hotkey('ctrl', 'v')`` (Ctrl+V).
+``time.sleep`` is capped at 5 s per call.
+Fail-safe, as pyautogui does it: every pyautogui call first checks the pointer and raises
+``pyautogui.FailSafeException`` (message :data:`FAILSAFE_MESSAGE`) when it is in a screen corner;
+a move that itself ends in a corner does not raise (pyautogui skips the check for planned corner
+targets), so it is the *next* call that fails, and every call after it, until something with the
+fail-safe off moves the pointer away. In a ``python -c`` process the fail-safe is on unless the
+program sets ``pyautogui.FAILSAFE = False``. ``computer.*`` methods fail where their pyautogui
+call would (``clipboard.copy_text(text)`` uses pyperclip only and never does). The server process
+runs with the fail-safe off (WAA's ``main.py`` disables it) unless quirks mode turns it on.
 """
 
 from __future__ import annotations
@@ -34,6 +42,9 @@ from typing import Any, Callable
 from .desktop import Desktop, norm_key
 
 MAX_SLEEP = 5.0
+FAILSAFE_MESSAGE = ("PyAutoGUI fail-safe triggered from mouse moving to a corner of the screen. To disable this "
+                    "fail-safe, set pyautogui.FAILSAFE to False. DISABLING FAIL-SAFE IS NOT RECOMMENDED.")
+"""str() of pyautogui's FailSafeException, word for word (pyautogui.failSafeCheck)."""
 TYPABLE = {chr(c) for c in range(32, 127)} | {"\n", "\t", "\b"}
 _NAMED_KEYS = {
     "enter", "return", "tab", "backspace", "delete", "del", "escape", "esc", "space", "up", "down",
@@ -115,6 +126,12 @@ COMPUTER_FUNCS: dict[str, Callable] = {
     "window_manager.switch_to_application": _app_name,
 }
 SETTABLE = {"FAILSAFE", "PAUSE"}
+# computer.* methods whose first act is a pyautogui call (so pyautogui's fail-safe check); the
+# other pyautogui-backed ones (move_id, scroll, copy_text(None), paste, open_program,
+# switch_to_application) check at the point their pyautogui call comes.
+_PYAUTOGUI_FIRST = {"mouse.move", "mouse.move_abs", "mouse.drag", "mouse.single_click", "mouse.double_click",
+                    "mouse.right_click", "keyboard.write", "keyboard.press", "keyboard.keyDown", "keyboard.keyUp",
+                    "keyboard.hotkey"}
 
 
 @dataclass
@@ -240,10 +257,9 @@ class Runner:
         return (x, y) in {(0, 0), (w, 0), (0, h), (w, h)}
 
     def _failsafe_check(self, ln: int) -> None:
+        """pyautogui's check before every call: raise while the pointer sits in a corner."""
         if self.failsafe and self._corner():
-            raise ActionError("pyautogui.FailSafeException",
-                              "fail-safe triggered: the mouse is in a corner of the screen "
-                              "(set pyautogui.FAILSAFE = False to disable)", ln)
+            raise ActionError("pyautogui.FailSafeException", FAILSAFE_MESSAGE, ln)
 
     def _point(self, x: Any, y: Any, ln: int) -> tuple[int, int]:
         cx, cy = self.desk.mouse
@@ -263,8 +279,9 @@ class Runner:
         return max(0, min(nx, self.desk.width - 1)), max(0, min(ny, self.desk.height - 1))
 
     def _move(self, x: int, y: int, ln: int) -> None:
+        # No check after the move: pyautogui skips it when the planned target is a corner, and
+        # otherwise the pointer is not in one. The next pyautogui call's check catches it.
         self.desk.mouse = (x, y)
-        self._failsafe_check(ln)
 
     @staticmethod
     def _button(button: Any, ln: int) -> str:
@@ -404,6 +421,8 @@ class Runner:
             # Until /update_computer runs, the server's computer.mouse etc. are None.
             raise ActionError("AttributeError", f"'NoneType' object has no attribute '{fn.split('.', 1)[1]}'", ln)
         wr = c.window_rect
+        if fn in _PYAUTOGUI_FIRST:
+            self._failsafe_check(ln)
         if fn == "mouse.move_id":
             idx = a["id"]
             if isinstance(idx, bool) or not isinstance(idx, int):
@@ -413,24 +432,23 @@ class Runner:
             r = c.rects[idx]
             cx = (r[0] + r[2]) // 2 * c.scale[0]
             cy = (r[1] + r[3]) // 2 * c.scale[1]
+            self._failsafe_check(ln)  # pyautogui.moveTo
             self._move(*self._point(cx + wr[0], cy + wr[1], ln), ln)
         elif fn in ("mouse.move", "mouse.move_abs", "mouse.drag"):
             x = int(a["x"] * (wr[2] - wr[0])) + wr[0]
             y = int(a["y"] * (wr[3] - wr[1])) + wr[1]
             self._move(*self._point(x, y, ln), ln)
         elif fn == "mouse.single_click":
-            self._failsafe_check(ln)
             self.desk.click(*self.desk.mouse)
         elif fn == "mouse.double_click":
-            self._failsafe_check(ln)
             self.desk.click(*self.desk.mouse)
             self.desk.click(*self.desk.mouse, clicks=2)
         elif fn == "mouse.right_click":
-            self._failsafe_check(ln)
             self.desk.click(*self.desk.mouse, button="right")
         elif fn == "mouse.scroll":
             if a["dir"] not in ("up", "down"):
                 raise ActionError("ValueError", "direction must be 'up' or 'down'", ln)
+            self._failsafe_check(ln)  # pyautogui.scroll
         elif fn == "keyboard.write":
             self._write(a["text"], ln)
         elif fn == "keyboard.press":
@@ -449,12 +467,14 @@ class Runner:
             text = a["text"]
             self.stdout.append(f"{text}\n")  # the real method prints its argument
             if text is not None:
-                self.desk.clipboard = str(text)
+                self.desk.clipboard = str(text)  # pyperclip.copy: any text, verbatim
             else:
+                self._failsafe_check(ln)  # pyautogui.doubleClick
                 self.desk.click(*self.desk.mouse, clicks=2)
                 self._hotkey(("alt", "c") if c.swap_ctrl_alt else ("ctrl", "c"), ln)
             c.clipboard_content = text
         elif fn == "clipboard.paste":
+            self._failsafe_check(ln)  # pyautogui.hotkey; Ctrl+V inserts the clipboard verbatim
             self._hotkey(("alt", "v") if c.swap_ctrl_alt else ("ctrl", "v"), ln)
         elif fn == "clipboard.view_clipboard":
             pass
@@ -463,6 +483,8 @@ class Runner:
 
             if not launch(self.desk, str(a["program"])):
                 self.stdout.append(f"error: Program {a['program']} is not installed\n")
+            else:
+                self._failsafe_check(ln)  # pyautogui.press('esc') after starting it
         elif fn == "os.maximize_window":
             win = self.desk.focused_window()
             if win is not None and win.owner is None:
@@ -475,6 +497,7 @@ class Runner:
             if match:
                 win = next(w for w in self.desk.windows if w.title == match[0])
                 self.desk.activate(win)
+                self._failsafe_check(ln)  # pyautogui.press('esc')
                 self.desk.press("escape")
             else:
                 self.stdout.append(f"No open window found for the application '{a['app_name']}'\n")

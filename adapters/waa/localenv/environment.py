@@ -1,11 +1,13 @@
 """The whole simulated machine: disk, desktop, ``computer`` state and named snapshots.
 
-One lock guards every change, because the HTTP server is threaded.
+One lock guards every change, because the HTTP server is threaded. Quirks mode
+(:mod:`.quirks`) adds a readiness clock, delayed app launches and the server-process fail-safe.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 import re
 import shlex
 import threading
@@ -16,6 +18,9 @@ from typing import Any, Callable
 from . import actioncode
 from .desktop import Desktop
 from .filesystem import SimFileSystem
+from .quirks import QuirkSettings
+
+log = logging.getLogger(__name__)
 
 _GET_REG = re.compile(r"^Get-ItemPropertyValue -Path '([^'\r\n]+)' -Name '([^'\r\n]+)'$")
 _SET_REG = re.compile(r"^Set-ItemProperty -Path '([^'\r\n]+)' -Name '([^'\r\n]+)' -Value '([^'\r\n]*)'$")
@@ -26,7 +31,15 @@ class SimEnvironment:
     """State and behaviour behind the HTTP routes."""
 
     def __init__(self, root: Path, width: int = 1280, height: int = 800,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, quirks: QuirkSettings | None = None) -> None:
+        self.quirks_on = quirks is not None
+        self.quirks = quirks if quirks is not None else QuirkSettings.off()
+        # pyautogui.FAILSAFE in the server process (what /execute_windows code runs under); an
+        # /execute_windows program that assigns pyautogui.FAILSAFE changes it for later calls too,
+        # as in the real, long-running server. Reverting a snapshot restarts it (back to default).
+        self.server_failsafe = self.quirks.failsafe
+        self.ready_at = time.monotonic() + self.quirks.ready_delay
+        self._launch_generation = 0
         self.lock = threading.RLock()
         self.fs = SimFileSystem(root)
         self.fs.initialise()
@@ -34,6 +47,41 @@ class SimEnvironment:
         self.computer: actioncode.ComputerState | None = None
         self.snapshots: dict[str, tuple[Any, ...]] = {}
         self.sleep = sleep
+
+    # -- readiness and delayed launches (quirks mode) ---------------------------------------
+    def start_ready_clock(self) -> None:
+        """Start the readiness delay now (call when the server starts serving)."""
+        self.ready_at = time.monotonic() + self.quirks.ready_delay
+
+    def is_ready(self) -> bool:
+        """False while quirks mode still pretends the WAA server is not up."""
+        return time.monotonic() >= self.ready_at
+
+    def ready_in(self) -> float:
+        """Seconds until ready (0 when ready)."""
+        return max(0.0, self.ready_at - time.monotonic())
+
+    def launch_later(self, command: Any, delay: float) -> None:
+        """Run /setup/launch's effect after delay seconds (a real app takes time to open).
+
+        Loading a snapshot cancels launches still pending, as reverting a VM kills its processes.
+        """
+        from .launch import launch
+
+        generation = self._launch_generation
+
+        def fire() -> None:
+            with self.lock:
+                if generation != self._launch_generation:
+                    return
+                try:
+                    launch(self.desk, command)
+                except Exception:  # a background launch has nobody to report to but the log
+                    log.exception("delayed launch of %r failed", command)
+
+        timer = threading.Timer(delay, fire)
+        timer.daemon = True
+        timer.start()
 
     # -- snapshots -------------------------------------------------------------------------
     def save_snapshot(self, name: str) -> None:
@@ -50,6 +98,8 @@ class SimEnvironment:
             self.fs.restore(snap[0])
             self.desk.restore(snap[1])
             self.computer = copy.deepcopy(snap[2])
+            self.server_failsafe = self.quirks.failsafe
+            self._launch_generation += 1
             return True
 
     # -- /execute --------------------------------------------------------------------------
@@ -141,6 +191,10 @@ class SimEnvironment:
         """Run ``computer.*`` code; returns captured stdout, raises ActionError on failure."""
         ops = actioncode.parse(source, dialect="computer")
         with self.lock:
-            runner = actioncode.Runner(self.desk, failsafe=False, computer=self.computer, sleep=self._sleep_unlocked)
-            runner.run(ops)
+            runner = actioncode.Runner(self.desk, failsafe=self.server_failsafe, computer=self.computer,
+                                       sleep=self._sleep_unlocked)
+            try:
+                runner.run(ops)
+            finally:
+                self.server_failsafe = runner.failsafe  # module state of the long-running server
         return "".join(runner.stdout)

@@ -5,6 +5,11 @@ This is what the project's local VM provider calls::
     handle = start_local_env(tmp_path / "vm")
     requests.get(handle.base_url + "/probe")
     handle.stop()
+
+``start_local_env(root, quirks=True)`` runs the simulation in quirks mode (:mod:`.quirks`);
+``quirk_settings={"ready_delay": 0.5, ...}`` tunes its knobs. With ``wait_ready=False`` it returns
+as soon as the server has bound its port (written the port file), before ``/probe`` answers, so
+the caller's own readiness wait is what gets exercised.
 """
 
 from __future__ import annotations
@@ -16,8 +21,11 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import requests
+
+from .quirks import QuirkSettings
 
 # The repository root, so ``python -m adapters.waa.localenv`` resolves in the child.
 _REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -36,6 +44,8 @@ class LocalEnvHandle:
     root: Path
     log_path: Path
     _proc: subprocess.Popen = field(repr=False)
+    quirks: QuirkSettings | None = None
+    """The quirks-mode settings in force, None without quirks mode."""
 
     def alive(self) -> bool:
         """True while the process runs."""
@@ -62,8 +72,17 @@ def _tail(path: Path, lines: int = 30) -> str:
 
 
 def start_local_env(root: Path, *, width: int = 1280, height: int = 800, startup_timeout: float = 30.0,
-                    log_path: Path | None = None) -> LocalEnvHandle:
-    """Start a simulation serving on a free loopback port, wait until /probe answers."""
+                    log_path: Path | None = None, quirks: bool = False, wait_ready: bool = True,
+                    quirk_settings: dict[str, Any] | None = None) -> LocalEnvHandle:
+    """Start a simulation serving on a free loopback port.
+
+    With wait_ready (the default) wait until /probe answers 200 (in quirks mode that takes the
+    readiness delay); without it, return once the port is bound. quirk_settings (only with
+    quirks=True) overrides the knobs of :class:`~.quirks.QuirkSettings`; ValueError when bad.
+    """
+    if quirk_settings is not None and not quirks:
+        raise ValueError("quirk_settings given without quirks=True")
+    settings = QuirkSettings.from_dict(quirk_settings) if quirks else None
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     run_dir = Path(tempfile.mkdtemp(prefix="waa-sim-"))
@@ -75,6 +94,8 @@ def start_local_env(root: Path, *, width: int = 1280, height: int = 800, startup
     env["PYTHONUNBUFFERED"] = "1"
     cmd = [sys.executable, "-m", "adapters.waa.localenv", "--host", "127.0.0.1", "--port", "0", "--root", str(root),
            "--port-file", str(port_file), "--width", str(width), "--height", str(height)]
+    if settings is not None:
+        cmd += settings.cli_args()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                             cwd=str(_REPO_ROOT))
     log.close()
@@ -93,7 +114,7 @@ def start_local_env(root: Path, *, width: int = 1280, height: int = 800, startup
             raise fail(f"did not start within {startup_timeout} s")
         time.sleep(0.05)
     base_url = f"http://127.0.0.1:{int(port_file.read_text().strip())}"
-    while True:
+    while wait_ready:
         try:
             if requests.get(base_url + "/probe", timeout=2).status_code == 200:
                 break
@@ -104,4 +125,4 @@ def start_local_env(root: Path, *, width: int = 1280, height: int = 800, startup
         if time.monotonic() > deadline:
             raise fail(f"did not answer /probe within {startup_timeout} s")
         time.sleep(0.05)
-    return LocalEnvHandle(base_url=base_url, pid=proc.pid, root=root, log_path=log_path, _proc=proc)
+    return LocalEnvHandle(base_url=base_url, pid=proc.pid, root=root, log_path=log_path, _proc=proc, quirks=settings)

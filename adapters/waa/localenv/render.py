@@ -49,13 +49,18 @@ def _clip(text: str, width: int, tail: bool = False) -> str:
     return text[-n:] if tail else text[: max(0, n - 1)] + "~"
 
 
+def _drawable(text: str) -> str:
+    """The bitmap font draws Latin-1 only: show anything else (CJK, emoji, controls) as '?'."""
+    return "".join(ch if " " <= ch <= "~" or "\xa0" <= ch <= "\xff" else "?" for ch in text)
+
+
 class _Painter:
     def __init__(self, img: Image.Image) -> None:
         self.d = ImageDraw.Draw(img)
         self.font = _bitmap_font()
 
     def text(self, xy: tuple[int, int], s: str, fill=(0, 0, 0)) -> None:
-        self.d.text(xy, s, fill=fill, font=self.font)
+        self.d.text(xy, _drawable(s), fill=fill, font=self.font)
 
     def control(self, c: Control) -> None:
         x0, y0, x1, y1 = c.rect

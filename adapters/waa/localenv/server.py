@@ -12,6 +12,14 @@ UI Automation we do not model (``/are_files_sorted_by_modified_time``, ``/is_dir
 
 Simulation-only routes, under ``/sim/``: ``POST /sim/snapshot/save {"name"}``,
 ``POST /sim/snapshot/load {"name"}`` (404 for an unknown name) and ``GET /sim/info``.
+
+Chrome DevTools stand-in: WAA's VM exposes Chrome's debugging port (9222); the simulation has no
+browser, so ``/json``, ``/json/list``, ``/json/version``, ``/json/protocol``, ``/json/new``,
+``/json/close/<id>`` and ``/json/activate/<id>`` answer 501 with :data:`DEVTOOLS_REFUSAL`, and
+``/sim/info`` says ``"devtools": false``.
+
+Quirks mode (:mod:`.quirks`) adds the real server's slowness: readiness delay, slow
+``/accessibility``, delayed ``/setup/launch`` windows and the fail-safe in ``/execute_windows``.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 import base64
 import io
 import ntpath
+import time
 import traceback
 from typing import Any
 
@@ -29,6 +38,10 @@ from .environment import SimEnvironment
 from .filesystem import USER_HOME, PathError, parse_winpath
 from .launch import launch, open_path
 from .render import png_bytes, render
+
+
+DEVTOOLS_REFUSAL = {"status": "error",
+                    "message": "no browser in the WAA simulation: the Chrome DevTools endpoint is not available"}
 
 
 class SimulationUnsupported(RuntimeError):
@@ -44,6 +57,15 @@ def create_app(env: SimEnvironment) -> Flask:
     def handle_exception(e: Exception):  # the real server turns *everything* into 500 JSON
         app.logger.debug("request failed: %s", traceback.format_exc())
         return jsonify({"status": "error", "message": str(e)}), 500
+
+    @app.before_request
+    def not_ready_yet():
+        # Quirks mode, before the readiness delay is over. The simulation's own HTTP server
+        # (__main__) resets these connections before they get here; this 503 with an empty body
+        # is the fallback for apps served any other way.
+        if not env.is_ready() and not request.path.startswith("/sim/"):
+            return Response(b"", status=503)
+        return None
 
     # -- observation -------------------------------------------------------------------
     @app.route("/probe", methods=["GET"])
@@ -67,6 +89,8 @@ def create_app(env: SimEnvironment) -> Flask:
         backend = request.args.get("backend", "win32")
         if backend not in {"win32", "uia"}:
             return "Invalid backend specified", 400
+        if env.quirks.accessibility_delay > 0:
+            time.sleep(env.quirks.accessibility_delay)  # the real tree walk is slow; lock not held
         with lock:
             xml = build_xml(env.desk, backend)
         return jsonify({"AT": xml})
@@ -245,8 +269,11 @@ def create_app(env: SimEnvironment) -> Flask:
     def setup_launch():
         data = request.json
         command = data.get("command", "")
-        with lock:
-            launch(env.desk, command)
+        if env.quirks.launch_delay > 0:
+            env.launch_later(command, env.quirks.launch_delay)  # Popen returns before the window opens
+        else:
+            with lock:
+                launch(env.desk, command)
         return f"{command} launched successfully"
 
     @app.route("/setup/open_file", methods=["POST"])
@@ -418,8 +445,21 @@ def create_app(env: SimEnvironment) -> Flask:
     def sim_info():
         with lock:
             names = sorted(env.snapshots)
+            failsafe_now = env.server_failsafe
         return jsonify({"simulation": True, "label": SIMULATION_LABEL, "width": env.desk.width,
-                        "height": env.desk.height, "snapshots": names})
+                        "height": env.desk.height, "snapshots": names, "devtools": False,
+                        "quirks": env.quirks_on, "quirk_settings": env.quirks.to_dict(),
+                        "ready": env.is_ready(), "ready_in": round(env.ready_in(), 3),
+                        "server_failsafe": failsafe_now})
+
+    # -- Chrome DevTools stand-in --------------------------------------------------------
+    def devtools_refusal(target_id: str | None = None):
+        return jsonify(DEVTOOLS_REFUSAL), 501
+
+    for rule in ("/json", "/json/", "/json/list", "/json/version", "/json/protocol", "/json/new"):
+        app.add_url_rule(rule, f"devtools_{rule}", devtools_refusal, methods=["GET", "PUT", "POST"])
+    for rule in ("/json/close/<path:target_id>", "/json/activate/<path:target_id>"):
+        app.add_url_rule(rule, f"devtools_{rule}", devtools_refusal, methods=["GET", "PUT", "POST"])
 
     return app
 

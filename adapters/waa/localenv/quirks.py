@@ -1,0 +1,69 @@
+"""Quirks mode: the real WAA server's slow or awkward behaviours, switched on together.
+
+With ``--quirks`` (``start_local_env(..., quirks=True)``) the simulation behaves like a freshly
+booted VM whose WAA server is slow, so the project's client and adapter are tested against it:
+
+* ``ready_delay`` (default 2.0 s): for this long after the port file is written, every
+  connection that asks for anything but ``/sim/*`` is reset (TCP RST, no HTTP answer), as a VM
+  whose server is not up yet; ``/sim/*`` answers throughout (``/sim/info`` reports ``ready``).
+  An app served by other means than ``python -m adapters.waa.localenv`` (e.g. Flask's test client)
+  gets 503 with an empty body instead, since only the simulation's own HTTP server can reset.
+* ``accessibility_delay`` (default 1.0 s): ``GET /accessibility`` sleeps this long before
+  building the tree, without holding the state lock (other routes keep answering meanwhile).
+* ``launch_delay`` (default 0.5 s): ``/setup/launch`` of a known program answers 200 at once but
+  the window opens only after this delay; unknown programs never open (as without quirks).
+* ``failsafe`` (default True): pyautogui's fail-safe is on in the server process, so
+  ``/execute_windows`` code that drives the pointer into a screen corner fails with pyautogui's
+  fail-safe error (WAA's ``main.py`` sets ``pyautogui.FAILSAFE = False``, but whether deployed
+  images keep it off is disputed; quirks mode assumes the awkward case).
+
+Without quirks mode all delays are 0 and the server-process fail-safe is off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class QuirkSettings:
+    """The knobs of quirks mode; defaults are small so tests stay fast."""
+
+    ready_delay: float = 2.0
+    accessibility_delay: float = 1.0
+    launch_delay: float = 0.5
+    failsafe: bool = True
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> "QuirkSettings":
+        """Settings from a partial dict; unknown keys or bad values raise ValueError."""
+        data = dict(data or {})
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ValueError(f"unknown quirk setting(s) {unknown}; known: {sorted(known)}")
+        for name, value in data.items():
+            if name == "failsafe":
+                if not isinstance(value, bool):
+                    raise ValueError(f"quirk setting failsafe must be a bool, not {value!r}")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 600:
+                raise ValueError(f"quirk setting {name} must be a number of seconds in [0, 600], not {value!r}")
+            else:
+                data[name] = float(value)
+        return cls(**data)
+
+    @classmethod
+    def off(cls) -> "QuirkSettings":
+        """The effective settings when quirks mode is off: no delays, fail-safe off."""
+        return cls(ready_delay=0.0, accessibility_delay=0.0, launch_delay=0.0, failsafe=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict, as /sim/info reports it."""
+        return asdict(self)
+
+    def cli_args(self) -> list[str]:
+        """The ``python -m adapters.waa.localenv`` flags that reproduce these settings."""
+        return ["--quirks", "--ready-delay", repr(self.ready_delay), "--accessibility-delay",
+                repr(self.accessibility_delay), "--launch-delay", repr(self.launch_delay),
+                "--failsafe" if self.failsafe else "--no-failsafe"]
