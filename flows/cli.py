@@ -34,6 +34,7 @@ def _run(args: argparse.Namespace) -> int:
             "db_path": args.db,
             "artifacts_dir": args.artifacts,
             "run_id": args.run_id,
+            "quirks": args.quirks or None,
         }.items() if v is not None}
     )
     outcome = run_suite(config)
@@ -94,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--db", type=Path, help="DuckDB file (default results/arena.duckdb)")
     run.add_argument("--artifacts", type=Path, help="screenshot directory (default results/artifacts)")
     run.add_argument("--run-id", help="resume or name a run")
+    run.add_argument("--quirks", action="store_true", help="local VMs reproduce a real WAA server's quirks")
     run.set_defaults(func=_run)
 
     probe = sub.add_parser("probe", help="check a WAA server layer by layer")

@@ -61,6 +61,7 @@ class SuiteRunConfig(BaseModel):
     seed: int = 0
     pool_size: int = Field(default=4, ge=1, le=64)
     provider: Literal["local"] = "local"
+    quirks: bool = False  # local provider: reproduce a real WAA server's quirks
     reset_level: ResetLevel = ResetLevel.SNAPSHOT
     max_steps: int = Field(default=15, ge=1)
     episode_timeout_seconds: float = Field(default=1200.0, gt=0)
@@ -188,7 +189,7 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
         resume=store.get_run(run_id) is not None,
     )
 
-    provider = LocalSimulationProvider()
+    provider = LocalSimulationProvider(quirks=config.quirks)
     pool = VMPool(provider, size=min(config.pool_size, max(1, len(todo))), run_id=run_id[-6:])
     status = "failed"
     results: list[BenchmarkResult] = []

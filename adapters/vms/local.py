@@ -10,6 +10,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -24,11 +25,25 @@ class LocalSimulationProvider(VMProvider):
     name = "local"
     settle_seconds = 0.0  # the simulation applies actions synchronously
 
-    def __init__(self, work_dir: Path | None = None, *, width: int = 1280, height: int = 800) -> None:
+    def __init__(
+        self,
+        work_dir: Path | None = None,
+        *,
+        width: int = 1280,
+        height: int = 800,
+        quirks: bool = False,
+        quirk_settings: dict[str, Any] | None = None,
+        ready_timeout: float = 60.0,
+    ) -> None:
         self._own_work_dir = work_dir is None
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="waa-sim-"))
         self.width = width
         self.height = height
+        # Quirks mode reproduces a real server's slow readiness, slow accessibility tree,
+        # server-side fail-safe and slow app start-up (see adapters/waa/localenv/quirks.py).
+        self.quirks = quirks
+        self.quirk_settings = quirk_settings
+        self.ready_timeout = ready_timeout
         self._processes: dict[str, LocalEnvHandle] = {}
         self._lock = threading.Lock()
 
@@ -45,7 +60,17 @@ class LocalSimulationProvider(VMProvider):
             shutil.rmtree(root)
         root.mkdir(parents=True)
         try:
-            process = start_local_env(root, width=self.width, height=self.height, log_path=root.with_suffix(".log"))
+            process = start_local_env(
+                root,
+                width=self.width,
+                height=self.height,
+                log_path=root.with_suffix(".log"),
+                quirks=self.quirks,
+                quirk_settings=self.quirk_settings,
+                wait_ready=False,
+            )
+            # The same readiness wait a real VM gets: poll /probe until a deadline.
+            WAAClient(process.base_url).wait_until_ready(self.ready_timeout, poll_seconds=0.1)
         except Exception as exc:
             raise ProviderError(f"local VM {vm_id}: simulation did not start: {exc}") from exc
         with self._lock:
@@ -77,7 +102,6 @@ class LocalSimulationProvider(VMProvider):
             self.delete(vm)
             fresh = self.create(vm.vm_id)
             vm.base_url, vm.devtools_url, vm.details = fresh.base_url, fresh.devtools_url, fresh.details
-            WAAClient(vm.base_url).wait_until_ready(30)
             return
         raise ProviderError(f"reset level {level.value!r} is not available for the local provider")
 

@@ -165,7 +165,7 @@ class SetupRunner:
                     f"{self.launch_verify_seconds:g} s (WAA's /setup/launch reports success even when "
                     "nothing starts)"
                 )
-            self._sleep(0.5)
+            self._sleep(0.25)
 
     def _open(self, path: str) -> None:
         if not self.client.setup_open_file(path):
