@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pydantic import ValidationError
+
 
 def _run(args: argparse.Namespace) -> int:
     from flows.evaluate_suite import SuiteRunConfig, run_suite
@@ -35,6 +37,7 @@ def _run(args: argparse.Namespace) -> int:
             "artifacts_dir": args.artifacts,
             "run_id": args.run_id,
             "quirks": args.quirks or None,
+            **({"provider": "existing", "waa_urls": args.waa_url, "pool_size": len(args.waa_url)} if args.waa_url else {}),
         }.items() if v is not None}
     )
     outcome = run_suite(config)
@@ -96,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--artifacts", type=Path, help="screenshot directory (default results/artifacts)")
     run.add_argument("--run-id", help="resume or name a run")
     run.add_argument("--quirks", action="store_true", help="local VMs reproduce a real WAA server's quirks")
+    run.add_argument(
+        "--waa-url",
+        action="append",
+        help="run on this already running WAA server instead of local VMs (repeatable; needs --reset-level setup)",
+    )
     run.set_defaults(func=_run)
 
     probe = sub.add_parser("probe", help="check a WAA server layer by layer")
@@ -121,6 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
+        print(f"arena: error: {problems}", file=sys.stderr)
+        return 2
     except (ValueError, FileNotFoundError) as exc:
         print(f"arena: error: {exc}", file=sys.stderr)
         return 2

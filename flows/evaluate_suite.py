@@ -32,13 +32,14 @@ from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 from prefect.concurrency.sync import concurrency
 from prefect.context import get_run_context
 from prefect.task_runners import ThreadPoolTaskRunner
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from adapters.agents import build_agent
 from adapters.benchmark import BenchmarkResult, BenchmarkTask, OutcomeKind
 from adapters.episode import EpisodeLimits
 from adapters.store.duckdb_store import ResultStore, RunInfo
-from adapters.vms.base import ResetLevel
+from adapters.vms.base import ResetLevel, VMProvider
+from adapters.vms.existing import ExistingServersProvider
 from adapters.vms.local import LocalSimulationProvider
 from adapters.vms.pool import VMPool
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
@@ -60,8 +61,9 @@ class SuiteRunConfig(BaseModel):
     plans_path: Path | None = None
     seed: int = 0
     pool_size: int = Field(default=4, ge=1, le=64)
-    provider: Literal["local"] = "local"
+    provider: Literal["local", "existing"] = "local"
     quirks: bool = False  # local provider: reproduce a real WAA server's quirks
+    waa_urls: list[str] = Field(default_factory=list)  # existing provider: one server per pool slot
     reset_level: ResetLevel = ResetLevel.SNAPSHOT
     max_steps: int = Field(default=15, ge=1)
     episode_timeout_seconds: float = Field(default=1200.0, gt=0)
@@ -69,6 +71,17 @@ class SuiteRunConfig(BaseModel):
     db_path: Path = Path("results/arena.duckdb")
     artifacts_dir: Path = Path("results/artifacts")
     run_id: str | None = None
+
+    @model_validator(mode="after")
+    def _provider_fits(self) -> SuiteRunConfig:
+        if self.provider == "existing":
+            if not self.waa_urls:
+                raise ValueError("provider 'existing' needs at least one WAA server URL (waa_urls)")
+            if self.reset_level is not ResetLevel.SETUP:
+                raise ValueError(
+                    f"existing WAA servers cannot be reset at level {self.reset_level.value!r}; use 'setup'"
+                )
+        return self
 
     def resolved_plans_path(self) -> Path | None:
         if self.plans_path is not None:
@@ -82,6 +95,13 @@ class RunOutcome(BaseModel):
     db_path: Path
     results: list[BenchmarkResult]
     table: str
+
+
+def _provider(config: SuiteRunConfig) -> VMProvider:
+    """The VM provider the configuration names."""
+    if config.provider == "existing":
+        return ExistingServersProvider(config.waa_urls)
+    return LocalSimulationProvider(quirks=config.quirks)
 
 
 def _code_revision() -> str | None:
@@ -189,7 +209,7 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
         resume=store.get_run(run_id) is not None,
     )
 
-    provider = LocalSimulationProvider(quirks=config.quirks)
+    provider = _provider(config)
     pool = VMPool(provider, size=min(config.pool_size, max(1, len(todo))), run_id=run_id[-6:])
     status = "failed"
     results: list[BenchmarkResult] = []
@@ -221,7 +241,8 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
         status = "completed"
     finally:
         pool.teardown()
-        provider.close()
+        if isinstance(provider, LocalSimulationProvider):
+            provider.close()
         store.finish_run(run_id, status)
 
     summary = store.summary(run_id)

@@ -98,3 +98,33 @@ def test_a_solved_attempt_records_timings_and_steps(prefect_server: None, provid
     assert set(result.timings) >= {"reset", "setup", "episode", "evaluate", "agent", "env"}
     assert result.num_steps == len(result.steps) > 0
     assert all(Path(s.screenshot_path).exists() for s in result.steps if s.screenshot_path)
+
+
+def test_existing_servers_provider(tmp_path: Path) -> None:
+    from adapters.vms.existing import ExistingServersProvider
+    from adapters.waa.localenv.launcher import start_local_env
+
+    handle = start_local_env(tmp_path / "existing")
+    try:
+        provider = ExistingServersProvider([handle.base_url + "/"])
+        vm = provider.create("one")
+        assert vm.base_url == handle.base_url and vm.devtools_url.endswith(":9222")
+        provider.reset(vm, ResetLevel.SETUP)
+        with pytest.raises(Exception, match="use --reset-level setup"):
+            provider.reset(vm, ResetLevel.SNAPSHOT)
+        with pytest.raises(Exception, match="only 1 URL"):
+            provider.create("two")
+        provider.delete(vm)
+        assert WAAClient(handle.base_url).probe()  # never deleted: not ours
+    finally:
+        handle.stop()
+    with pytest.raises(ValueError, match="not an http"):
+        ExistingServersProvider(["ftp://x"])
+
+
+def test_run_config_refuses_snapshot_reset_on_existing_servers() -> None:
+    from flows.evaluate_suite import SuiteRunConfig
+
+    with pytest.raises(ValueError, match="use 'setup'"):
+        SuiteRunConfig(provider="existing", waa_urls=["http://127.0.0.1:5000"])
+    SuiteRunConfig(provider="existing", waa_urls=["http://127.0.0.1:5000"], reset_level="setup")
