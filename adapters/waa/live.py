@@ -180,6 +180,8 @@ class WAALiveAdapter(BenchmarkAdapter):
                 self.client.execute_windows(code)
                 return
             except WAAHTTPError as exc:
+                # The server may have lost its marks (restarted, or another client updated it).
+                self._marks_sent = None
                 failsafe = any(m in exc.message.lower() for m in _FAILSAFE_MARKERS)
                 if not failsafe or attempt == 2:
                     raise ActionRejected(f"{action.describe()} failed on the VM: {exc.message}") from exc
