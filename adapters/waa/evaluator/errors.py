@@ -20,13 +20,14 @@ class EvaluationConfigError(EvaluatorError):
 class MissingDependencyError(EvaluationConfigError):
     """A getter or metric needs an optional package that is not installed."""
 
-    def __init__(self, what: str, packages: str) -> None:
+    def __init__(self, what: str, packages: str, extra: str = "text") -> None:
         super().__init__(
-            f"{what} needs {packages}, which is not installed: install the extra 'metrics' "
-            f"(pip install 'waa-arena[metrics]')"
+            f"{what} needs {packages}, which is not installed: install the extra {extra!r} "
+            f"(pip install 'waa-arena[{extra}]')"
         )
         self.what = what
         self.packages = packages
+        self.extra = extra
 
 
 class HostNetworkError(EvaluatorError):

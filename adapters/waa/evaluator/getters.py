@@ -238,7 +238,7 @@ def get_content_from_vm_file(ctx: GetterContext, config: dict[str, Any]) -> Any:
     try:
         import pandas
     except ImportError as exc:
-        raise MissingDependencyError("content_from_vm_file (xlsx)", "pandas and openpyxl") from exc
+        raise MissingDependencyError("content_from_vm_file (xlsx)", "pandas and openpyxl", extra="office") from exc
     frame = pandas.read_excel(local)
     return frame.iloc[-1].astype(str).tolist()
 
