@@ -2,6 +2,7 @@
 
     arena run                      evaluate the bundled suite on the local simulation
     arena tasks list --waa-dir D   list a WAA task directory by domain
+    arena tasks coverage --waa-dir D   which tasks this product can run and score
     arena probe URL                check a WAA server layer by layer
 """
 
@@ -78,6 +79,16 @@ def _probe(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
+def _tasks_coverage(args: argparse.Namespace) -> int:
+    from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
+    from adapters.waa.coverage import format_coverage, task_coverage
+
+    catalog = WAATaskCatalog(args.waa_dir or bundled_suite_dir(), difficulty=args.difficulty)
+    coverages = [task_coverage(t) for t in catalog.tasks(domains=args.domain or None)]
+    print(format_coverage(coverages, per_task=args.ids))
+    return 0 if all(c.supported for c in coverages) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="arena", description="Windows Agent Arena evaluations with Prefect and DuckDB")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -119,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--domain", action="append")
     listing.add_argument("--ids", action="store_true", help="print every task id")
     listing.set_defaults(func=_tasks_list)
+    coverage = tasks_sub.add_parser("coverage", help="which tasks have every setup step, getter and metric supported")
+    coverage.add_argument("--waa-dir", type=Path, help="a WAA task directory (default: the bundled suite)")
+    coverage.add_argument("--difficulty", choices=["normal", "hard"], default="normal")
+    coverage.add_argument("--domain", action="append")
+    coverage.add_argument("--ids", action="store_true", help="a line for every task, supported or not")
+    coverage.set_defaults(func=_tasks_coverage)
     return parser
 
 

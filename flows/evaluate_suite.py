@@ -175,7 +175,9 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
     """Evaluate the configured suite and agent; results land in DuckDB as each task finishes."""
     logger = get_run_logger()
     run_id = config.run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
-    catalog = WAATaskCatalog(config.suite_dir, difficulty=config.difficulty, max_steps=config.max_steps)
+    catalog = WAATaskCatalog(
+        config.suite_dir, difficulty=config.difficulty, max_steps=config.max_steps, require_supported=True
+    )
     tasks = catalog.tasks(domains=config.domains, ids=config.task_ids)
     plans_path = config.resolved_plans_path()
     # Build one agent up front so a bad agent configuration fails before any VM exists.

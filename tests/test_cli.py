@@ -33,3 +33,32 @@ def test_bad_task_directory_is_a_clear_error(tmp_path: Path, capsys: pytest.Capt
     assert main(["tasks", "list", "--waa-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert str(tmp_path / "test_all.json") in err and "JSON" in err
+
+
+def test_tasks_coverage_reports_totals_and_reasons(waa_tasks_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["tasks", "coverage", "--waa-dir", str(waa_tasks_dir)])
+    out = capsys.readouterr().out
+    total = next(line for line in out.splitlines() if line.startswith("total"))
+    assert total.split()[1] == "154"
+    supported = int(total.split()[2])
+    unsupported_lines = [line for line in out.splitlines() if ": unsupported " in line]
+    assert len(unsupported_lines) == 154 - supported
+    assert code == (0 if supported == 154 else 1)
+
+
+def test_unknown_metric_or_getter_fails_to_load(tmp_path: Path) -> None:
+    import json
+
+    from adapters.waa.catalog import TaskCatalogError, WAATaskCatalog
+
+    (tmp_path / "examples" / "notepad").mkdir(parents=True)
+    (tmp_path / "test_all.json").write_text(json.dumps({"notepad": ["t1"]}))
+    task = {
+        "id": "t1", "snapshot": "notepad", "instruction": "x", "source": "", "config": [], "trajectory": "",
+        "related_apps": [], "evaluator": {"func": "no_such_metric", "result": {"type": "no_such_getter"},
+                                          "expected": {"type": "rule", "rules": {}}},
+    }
+    (tmp_path / "examples" / "notepad" / "t1.json").write_text(json.dumps(task))
+    assert WAATaskCatalog(tmp_path).load("t1").task_id == "t1"  # listing and inspecting still work
+    with pytest.raises(TaskCatalogError, match=r"t1\.json: unsupported getters/metrics no_such_metric, no_such_getter"):
+        WAATaskCatalog(tmp_path, require_supported=True).load("t1")

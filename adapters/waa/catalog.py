@@ -79,11 +79,14 @@ class WAATaskCatalog:
         difficulty: Difficulty = "normal",
         max_steps: int = DEFAULT_MAX_STEPS,
         strict_ids: bool = False,
+        require_supported: bool = False,
     ) -> None:
         """Open the suite at `root` and read its index.
 
         Raises `TaskCatalogError` when the directory or index is missing or malformed, or when
-        the index lists a task whose file does not exist.
+        the index lists a task whose file does not exist. With `require_supported`, loading a
+        task whose evaluator names a getter or metric this product does not implement, or whose
+        setup uses an unknown step type, fails naming them (so such a task never scores).
         """
         if difficulty not in _EXAMPLE_DIRS:
             raise TaskCatalogError(f"difficulty must be 'normal' or 'hard', got {difficulty!r}")
@@ -94,6 +97,7 @@ class WAATaskCatalog:
         self._difficulty: Difficulty = difficulty
         self._max_steps = max_steps
         self._strict_ids = strict_ids
+        self._require_supported = require_supported
         self._lock = threading.Lock()
         self._raw_cache: dict[str, bytes] = {}
         self._task_cache: dict[str, BenchmarkTask] = {}
@@ -357,7 +361,7 @@ class WAATaskCatalog:
         path = self._path_for(domain, task_id)
         raw = self._parse_json(path, self._raw(task_id))
         _validate_task(path, raw, expected_id=task_id, strict_ids=self._strict_ids)
-        return BenchmarkTask(
+        task = BenchmarkTask(
             task_id=task_id,
             instruction=raw["instruction"],
             domain=domain,
@@ -366,6 +370,13 @@ class WAATaskCatalog:
             raw_config=raw,
             evaluation_spec=raw["evaluator"],
         )
+        if self._require_supported:
+            from adapters.waa.coverage import task_coverage  # the evaluator registries, loaded on demand
+
+            coverage = task_coverage(task)
+            if not coverage.supported:
+                raise TaskCatalogError(f"{path}: {coverage.reason}")
+        return task
 
 
 def _as_names(values: Iterable[str]) -> list[str]:

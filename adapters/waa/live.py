@@ -35,6 +35,7 @@ from adapters.waa.actions import (
 from adapters.waa.catalog import WAATaskCatalog
 from adapters.waa.client import WAAClient
 from adapters.waa.errors import WAAHTTPError
+from adapters.waa.evaluate_client import EvaluateEndpointClient
 from adapters.waa.grounding import Marks, draw_marks
 from adapters.waa.evaluator import evaluate_task
 from adapters.waa.setup_steps import SetupRunner
@@ -64,6 +65,9 @@ class LiveAdapterSettings:
     # WAA waits after every action so the UI settles before the next observation.
     settle_seconds: float = 3.0
     offline_evaluation: bool = False
+    # Score with the local engine, or through an /evaluate endpoint deployed beside the server.
+    evaluator: Literal["local", "endpoint"] = "local"
+    evaluate_url: str | None = None
 
 
 class WAALiveAdapter(BenchmarkAdapter):
@@ -237,15 +241,21 @@ class WAALiveAdapter(BenchmarkAdapter):
 
     def evaluate(self, task: BenchmarkTask) -> BenchmarkResult:
         """Run postconfig and the task's evaluator against the VM's current state."""
-        last = self._last_action
-        outcome = evaluate_task(
-            task.evaluation_spec,
-            self.client,
-            last_action=waa_last_action(last),
-            cache_dir=self.cache_dir,
-            run_postconfig=self.setup_runner.run,
-            offline=self.settings.offline_evaluation,
-        )
+        last_action = waa_last_action(self._last_action)
+        if self.settings.evaluator == "endpoint":
+            if not self.settings.evaluate_url:
+                raise ValueError("evaluator 'endpoint' needs evaluate_url")
+            outcome = EvaluateEndpointClient(self.settings.evaluate_url).evaluate(task.raw_config, last_action)
+        else:
+            outcome = evaluate_task(
+                task.evaluation_spec,
+                self.client,
+                last_action=last_action,
+                cache_dir=self.cache_dir,
+                run_postconfig=self.setup_runner.run,
+                offline=self.settings.offline_evaluation,
+                devtools_url=self.setup_runner.devtools_url,
+            )
         if outcome.kind == "scored":
             success = outcome.score >= 1.0
             kind = OutcomeKind.SUCCESS if success else OutcomeKind.AGENT_FAILURE

@@ -49,6 +49,27 @@ def launched_program(command: str | list[str]) -> str:
     return program.rsplit("\\", 1)[-1].removesuffix(".exe")
 
 
+# WAA step type -> the SetupRunner method that runs it (parameters are WAA's, by keyword).
+STEP_HANDLERS: dict[str, str] = {
+    "launch": "_launch",
+    "open": "_open",
+    "sleep": "_sleep_step",
+    "activate_window": "_activate_window",
+    "execute": "_execute",
+    "command": "_execute",
+    "create_folder": "_create_folder",
+    "create_file": "_create_file",
+    "recycle_file": "_recycle_file",
+    "download": "_download",
+    "close_all": "_close_all",
+    "chrome_open_tabs": "_open_tabs",
+    "edge_open_tabs": "_open_tabs",
+    "chrome_close_tabs": "_close_tabs",
+    "update_browse_history": "_update_history_chrome",
+    "update_browse_history_edge": "_update_history_edge",
+}
+
+
 class SetupStepError(RuntimeError):
     """A setup step failed; the message names the step's position and type."""
 
@@ -80,27 +101,12 @@ class SetupRunner:
         self.devtools_url = devtools_url
         self.notes: list[str] = []
         self._handlers: dict[str, Callable[..., None]] = {
-            "launch": self._launch,
-            "open": self._open,
-            "sleep": self._sleep_step,
-            "activate_window": self._activate_window,
-            "execute": self._execute,
-            "command": self._execute,
-            "create_folder": self._create_folder,
-            "create_file": self._create_file,
-            "recycle_file": self._recycle_file,
-            "download": self._download,
-            "close_all": self._close_all,
-            "chrome_open_tabs": self._open_tabs,
-            "edge_open_tabs": self._open_tabs,
-            "chrome_close_tabs": self._close_tabs,
-            "update_browse_history": self._update_history_chrome,
-            "update_browse_history_edge": self._update_history_edge,
+            step_type: getattr(self, method) for step_type, method in STEP_HANDLERS.items()
         }
 
     @property
     def supported_types(self) -> list[str]:
-        return sorted(self._handlers)
+        return sorted(STEP_HANDLERS)
 
     def run(self, steps: list[dict[str, Any]]) -> None:
         """Run steps in order; the first failure raises SetupStepError (connection errors pass)."""

@@ -162,7 +162,7 @@ def test_fuzzy_match_needs_rapidfuzz_or_scores():
     try:
         import rapidfuzz  # noqa: F401
     except ImportError:
-        with pytest.raises(MissingDependencyError, match="install the extra 'metrics'"):
+        with pytest.raises(MissingDependencyError, match="install the extra 'text'"):
             M["fuzzy_match"]("abc", {"expected": "abc"})
     else:
         assert M["fuzzy_match"]("abc", {"expected": "abc"}) == 1.0

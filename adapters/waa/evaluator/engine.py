@@ -277,6 +277,7 @@ def evaluate_task(
     run_postconfig: Callable[[list[dict[str, Any]]], None] | None = None,
     offline: bool = False,
     download_dir: Path | None = None,
+    devtools_url: str | None = None,
 ) -> EvaluationOutcome:
     """Score a task's final state the way WAA's `DesktopEnv.evaluate()` does.
 
@@ -287,7 +288,9 @@ def evaluate_task(
     Never raises for a bad spec, a failing getter/metric or an unreachable VM: those become
     outcomes of kind evaluation_error / infrastructure_error.
     """
-    ctx = GetterContext(vm=vm, cache_dir=Path(cache_dir), offline=offline, download_dir=download_dir)
+    ctx = GetterContext(
+        vm=vm, cache_dir=Path(cache_dir), offline=offline, download_dir=download_dir, devtools_url=devtools_url
+    )
     details: list[dict[str, Any]] = []
     try:
         plan = _plan(evaluator_spec)

@@ -43,6 +43,8 @@ class GetterContext:
     notes: list[str] = field(default_factory=list)
     """Things worth telling the user (a soft failure WAA turns into a value)."""
     download_timeout: float = 60.0
+    devtools_url: str | None = None
+    """The browser's DevTools HTTP endpoint on the VM (port 9222), for tab and page getters."""
 
     @property
     def downloads(self) -> Path:

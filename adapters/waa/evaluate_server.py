@@ -1,0 +1,134 @@
+"""The /evaluate endpoint: the same evaluator engine, deployable next to a WAA server.
+
+    python -m adapters.waa.evaluate_server --waa-url http://127.0.0.1:5000 --port 5050
+
+POST /evaluate with {"task": <WAA task JSON, or at least {"evaluator": {...}}>,
+"last_action": "DONE" | "FAIL" | ... | null} runs the task's postconfig against the WAA server,
+then its getters and metrics, and answers
+{"success", "score", "kind", "reason", "actual", "expected", "details"}.
+GET /health answers {"status": "ok", "waa_url": ...}.
+
+It listens on 127.0.0.1 unless told otherwise; when the environment variable
+ARENA_EVALUATE_TOKEN is set, every request must carry "Authorization: Bearer <token>".
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from flask import Flask, jsonify, request
+from werkzeug.serving import make_server
+
+from adapters.waa.client import WAAClient
+from adapters.waa.evaluator import EvaluationOutcome, evaluate_task
+from adapters.waa.setup_steps import SetupRunner
+
+TOKEN_ENV = "ARENA_EVALUATE_TOKEN"
+
+
+def outcome_payload(outcome: EvaluationOutcome) -> dict[str, Any]:
+    """The endpoint's answer for an outcome; `actual`/`expected` list every metric's inputs."""
+    return {
+        "success": outcome.kind == "scored" and outcome.score >= 1.0,
+        "score": outcome.score,
+        "kind": outcome.kind,
+        "reason": outcome.reason,
+        "actual": [d.get("result_summary") for d in outcome.details],
+        "expected": [d.get("expected_summary") for d in outcome.details],
+        "details": outcome.details,
+    }
+
+
+def create_app(
+    waa_url: str, *, cache_root: Path, offline: bool = False, devtools_url: str | None = None, token: str | None = None
+) -> Flask:
+    """The Flask app; `token`, when set, is required as a Bearer token on every request."""
+    app = Flask("waa-arena-evaluate")
+
+    @app.before_request
+    def _authorize() -> Any:
+        if token is None:
+            return None
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            return jsonify({"status": "error", "message": "missing or wrong bearer token"}), 401
+        return None
+
+    @app.get("/health")
+    def health() -> Any:
+        return jsonify({"status": "ok", "waa_url": waa_url})
+
+    @app.post("/evaluate")
+    def evaluate() -> Any:
+        body = request.get_json(silent=True)
+        if not isinstance(body, dict) or not isinstance(body.get("task"), dict):
+            return jsonify({"status": "error", "message": "body must be a JSON object with a 'task' object"}), 400
+        spec = body["task"].get("evaluator")
+        if not isinstance(spec, dict):
+            return jsonify({"status": "error", "message": "task has no 'evaluator' object"}), 400
+        last_action = body.get("last_action")
+        if last_action is not None and not isinstance(last_action, str):
+            return jsonify({"status": "error", "message": "'last_action' must be a string or null"}), 400
+        client = WAAClient(waa_url)
+        try:
+            with tempfile.TemporaryDirectory(dir=cache_root) as cache:
+                runner = SetupRunner(client, Path(cache), devtools_url=devtools_url)
+                outcome = evaluate_task(
+                    spec,
+                    client,
+                    last_action=last_action,
+                    cache_dir=Path(cache),
+                    run_postconfig=runner.run,
+                    offline=offline,
+                    download_dir=cache_root / "downloads",
+                    devtools_url=devtools_url,
+                )
+        finally:
+            client.close()
+        return jsonify(outcome_payload(outcome))
+
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Serve WAA task evaluation next to a WAA server.")
+    parser.add_argument("--waa-url", required=True, help="the WAA server to evaluate, e.g. http://127.0.0.1:5000")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=5050)
+    parser.add_argument("--port-file", type=Path, help="write the bound port here once listening")
+    parser.add_argument("--devtools-url", help="the browser DevTools endpoint, e.g. http://127.0.0.1:9222")
+    parser.add_argument("--offline", action="store_true", help="cloud_file may only use the download cache")
+    parser.add_argument("--cache-dir", type=Path, help="where downloads are cached (default: a temp dir)")
+    args = parser.parse_args(argv)
+
+    cache_root = args.cache_dir or Path(tempfile.mkdtemp(prefix="waa-evaluate-"))
+    cache_root.mkdir(parents=True, exist_ok=True)
+    app = create_app(
+        args.waa_url,
+        cache_root=cache_root,
+        offline=args.offline,
+        devtools_url=args.devtools_url,
+        token=os.environ.get(TOKEN_ENV) or None,
+    )
+    server = make_server(args.host, args.port, app, threaded=True)
+    port = server.server_port
+    if args.port_file:
+        partial = args.port_file.with_suffix(".tmp")
+        partial.write_text(str(port))
+        partial.replace(args.port_file)
+    print(f"WAA evaluate endpoint on http://{args.host}:{port} for {args.waa_url}", flush=True)
+    try:
+        server.serve_forever(poll_interval=0.1)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
