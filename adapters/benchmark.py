@@ -209,6 +209,35 @@ class BenchmarkAction(BaseModel):
         return " ".join(parts)
 
 
+class ModelUsage(BaseModel):
+    """Tokens and money a model agent spent (one step, or summed over an episode)."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def __add__(self, other: ModelUsage) -> ModelUsage:
+        return ModelUsage(
+            calls=self.calls + other.calls,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cost_usd=self.cost_usd + other.cost_usd,
+        )
+
+
+class AgentInfrastructureError(RuntimeError):
+    """The agent's backend (a model API, a policy server) failed: retried, never scored."""
+
+
+class UnparseableReplyError(ValueError):
+    """A model kept answering with something that is not an action; carries the raw reply."""
+
+    def __init__(self, message: str, raw_reply: str) -> None:
+        super().__init__(message)
+        self.raw_reply = raw_reply
+
+
 class StepRecord(BaseModel):
     """One step of an episode, as stored for trajectories and reports."""
 
@@ -219,6 +248,7 @@ class StepRecord(BaseModel):
     agent_seconds: float = 0.0
     env_seconds: float = 0.0
     error: str | None = None
+    usage: ModelUsage | None = None
 
 
 class BenchmarkResult(BaseModel):
@@ -236,6 +266,7 @@ class BenchmarkResult(BaseModel):
     reason: str | None = None
     total_time_seconds: float = 0.0
     timings: dict[str, float] = Field(default_factory=dict)
+    usage: ModelUsage = Field(default_factory=ModelUsage)
     attempt: int = 1
     vm_id: str | None = None
 
@@ -316,3 +347,7 @@ class BenchmarkAgent(abc.ABC):
     def config(self) -> dict[str, Any]:
         """The settings that identify this agent in stored results (never secrets)."""
         return {"name": self.name}
+
+    def last_usage(self) -> ModelUsage | None:
+        """What the last `act` call spent, for agents backed by a model; None otherwise."""
+        return None

@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Protocol
 
 from adapters.benchmark import (
+    AgentInfrastructureError,
     BenchmarkAction,
     BenchmarkAgent,
     BenchmarkObservation,
     BenchmarkTask,
+    ModelUsage,
     OutcomeKind,
     StepRecord,
+    UnparseableReplyError,
 )
 from adapters.waa.actions import ActionTranslationError
 from adapters.waa.errors import WAAConnectionError, WAAError
@@ -53,6 +56,11 @@ class EpisodeOutcome:
     error: str | None = None
     agent_seconds: float = 0.0
     env_seconds: float = 0.0
+    usage: ModelUsage = field(default_factory=ModelUsage)
+
+
+# Raw model replies are kept in results for diagnosis, up to this many characters.
+MAX_RAW_REPLY = 4000
 
 
 def run_episode(
@@ -81,11 +89,25 @@ def run_episode(
             t0 = time.monotonic()
             try:
                 action = agent.act(task, observation, list(outcome.steps))
-            except Exception as exc:  # noqa: BLE001 - any agent crash is the agent's failure
+            except AgentInfrastructureError as exc:
+                outcome.agent_seconds += time.monotonic() - t0
+                outcome.final_outcome = OutcomeKind.INFRASTRUCTURE_ERROR
+                outcome.error = f"agent {agent.name} backend failed: {exc}"
+                return outcome
+            except UnparseableReplyError as exc:
+                outcome.agent_seconds += time.monotonic() - t0
+                outcome.final_outcome = OutcomeKind.AGENT_FAILURE
+                outcome.error = f"agent {agent.name}: {exc}; raw reply: {exc.raw_reply[:MAX_RAW_REPLY]!r}"
+                return outcome
+            except Exception as exc:  # noqa: BLE001 - any other agent crash is the agent's failure
                 outcome.agent_seconds += time.monotonic() - t0
                 outcome.final_outcome = OutcomeKind.AGENT_FAILURE
                 outcome.error = f"agent {agent.name} raised {type(exc).__name__}: {exc}"
                 return outcome
+            finally:
+                usage = agent.last_usage()
+                if usage is not None:
+                    outcome.usage = outcome.usage + usage
             agent_seconds = time.monotonic() - t0
             outcome.agent_seconds += agent_seconds
             t0 = time.monotonic()
@@ -111,6 +133,7 @@ def run_episode(
                     agent_seconds=agent_seconds,
                     env_seconds=env_seconds,
                     error=step_error,
+                    usage=usage,
                 )
             )
             if action.type.ends_episode:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from typing import Any, TypeVar
 
-from adapters.benchmark import BenchmarkAgent, BenchmarkResult, BenchmarkTask, OutcomeKind, StepRecord
+from adapters.benchmark import BenchmarkAgent, BenchmarkResult, BenchmarkTask, ModelUsage, OutcomeKind, StepRecord
 from adapters.episode import EpisodeLimits
 from adapters.vms.base import ProviderError, ResetLevel, VMHandle, VMProvider
 from adapters.waa.catalog import WAATaskCatalog
@@ -56,6 +56,7 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
         error: str | None = None,
         base: BenchmarkResult | None = None,
         steps: Sequence[StepRecord] | None = None,
+        usage: ModelUsage | None = None,
     ) -> BenchmarkResult:
         if outcome is OutcomeKind.INFRASTRUCTURE_ERROR:
             vm.healthy = False
@@ -73,6 +74,8 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
             data.update(outcome=outcome, success=False, score=0.0, error=error, reason=error)
         if steps is not None:
             data.update(steps=[s.model_dump() for s in steps], num_steps=len(steps))
+        if usage is not None:
+            data.update(usage=usage.model_dump())
         return BenchmarkResult.model_validate(data)
 
     def timed(stage: str, fn: Callable[..., T], *args: Any) -> T:
@@ -103,10 +106,10 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
         timings["agent"] = episode.agent_seconds
         timings["env"] = episode.env_seconds
         if episode.final_outcome is not None:
-            return finish(episode.final_outcome, error=episode.error, steps=episode.steps)
+            return finish(episode.final_outcome, error=episode.error, steps=episode.steps, usage=episode.usage)
 
         evaluation = timed("evaluate", evaluate_state, adapter, task)
-        return finish(evaluation.outcome, base=evaluation, steps=episode.steps)
+        return finish(evaluation.outcome, base=evaluation, steps=episode.steps, usage=episode.usage)
     except Exception as exc:  # noqa: BLE001 - an unforeseen failure still yields one result
         return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=f"unexpected {type(exc).__name__}: {exc}")
     finally:

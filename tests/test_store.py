@@ -11,6 +11,7 @@ import duckdb
 import pytest
 
 from adapters.benchmark import ActionType, BenchmarkAction, BenchmarkResult, OutcomeKind, StepRecord
+from adapters.store.duckdb_store import SCHEMA_VERSION
 from adapters.store import (
     ResultStore,
     RunInfo,
@@ -102,7 +103,7 @@ def _result(
 
 def test_round_trip(db_path: Path) -> None:
     with ResultStore(db_path) as store:
-        assert store.schema_version() == 1
+        assert store.schema_version() == SCHEMA_VERSION
         store.start_run(_run())
         result = _result(
             "t1",
@@ -150,7 +151,7 @@ def test_tables_are_queryable_with_plain_sql(store: ResultStore, db_path: Path) 
     store.close()
     conn = duckdb.connect(str(db_path), read_only=True)
     try:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
         assert conn.execute("SELECT count(*) FROM steps").fetchone() == (2,)
         assert conn.execute("SELECT agent_config->>'temperature' FROM runs").fetchone() == ("0.0",)
         assert conn.execute("SELECT task_id FROM latest_task_results").fetchall() == [("t1",)]
@@ -410,16 +411,16 @@ def test_scrub_secrets_leaves_non_dicts() -> None:
 def test_newer_schema_version_is_refused(db_path: Path) -> None:
     ResultStore(db_path).close()
     conn = duckdb.connect(str(db_path))
-    conn.execute("UPDATE schema_version SET version = 2")
+    conn.execute("UPDATE schema_version SET version = ?", [SCHEMA_VERSION + 1])
     conn.close()
     with pytest.raises(SchemaVersionError) as info:
         ResultStore(db_path)
     message = str(info.value)
     assert str(db_path) in message
-    assert "schema version 2 is newer than this code supports (version 1)" in message
+    assert f"schema version {SCHEMA_VERSION + 1} is newer than this code supports (version {SCHEMA_VERSION})" in message
     # The refused file was not modified and is not left locked.
     conn = duckdb.connect(str(db_path))
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION + 1,)]
     conn.close()
 
 
@@ -427,7 +428,7 @@ def test_reopen_keeps_one_version_row(db_path: Path) -> None:
     for _ in range(3):
         ResultStore(db_path).close()
     conn = duckdb.connect(str(db_path))
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
     conn.close()
 
 
@@ -442,3 +443,48 @@ def test_wilson_interval() -> None:
     assert wilson_interval(0, 0) is None
     low, high = wilson_interval(10, 10)
     assert high == 1.0 and 0.69 < low < 0.73
+
+
+def test_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
+    """A file written by schema version 1 (no usage columns) opens, keeps its rows, gains columns."""
+    import duckdb
+
+    from adapters.benchmark import ModelUsage
+
+    path = tmp_path / "v1.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+        con.execute("INSERT INTO schema_version VALUES (1)")
+        con.execute(
+            "CREATE TABLE runs (run_id VARCHAR PRIMARY KEY, started_at TIMESTAMP, finished_at TIMESTAMP, "
+            "status VARCHAR, agent VARCHAR, agent_config JSON, model_id VARCHAR, suite VARCHAR, suite_hash VARCHAR, "
+            "task_count INTEGER, pool_size INTEGER, provider VARCHAR, reset_level VARCHAR, code_revision VARCHAR, "
+            "prefect_flow_run_id VARCHAR, environment VARCHAR)"
+        )
+        con.execute(
+            "CREATE TABLE task_results (run_id VARCHAR NOT NULL, task_id VARCHAR NOT NULL, domain VARCHAR, "
+            "attempt INTEGER NOT NULL, outcome VARCHAR NOT NULL, success BOOLEAN NOT NULL, score DOUBLE, "
+            "infeasible BOOLEAN, num_steps INTEGER, error VARCHAR, reason VARCHAR, total_time_seconds DOUBLE, "
+            "reset_seconds DOUBLE, setup_seconds DOUBLE, episode_seconds DOUBLE, evaluate_seconds DOUBLE, "
+            "agent_seconds DOUBLE, env_seconds DOUBLE, vm_id VARCHAR, recorded_at TIMESTAMP, timings JSON, "
+            "PRIMARY KEY (run_id, task_id, attempt))"
+        )
+        con.execute(
+            "CREATE TABLE steps (run_id VARCHAR NOT NULL, task_id VARCHAR NOT NULL, attempt INTEGER NOT NULL, "
+            "step_index INTEGER NOT NULL, action_type VARCHAR, action JSON, screenshot_path VARCHAR, "
+            "window_title VARCHAR, agent_seconds DOUBLE, env_seconds DOUBLE, error VARCHAR, "
+            "PRIMARY KEY (run_id, task_id, attempt, step_index))"
+        )
+        con.execute("INSERT INTO runs (run_id, agent, suite) VALUES ('old', 'scripted', 's')")
+        con.execute(
+            "INSERT INTO task_results (run_id, task_id, attempt, outcome, success) VALUES ('old', 't', 1, 'success', true)"
+        )
+    with ResultStore(path) as store:
+        assert store.schema_version() == SCHEMA_VERSION
+        assert len(store.results("old")) == 1
+        result = BenchmarkResult(
+            task_id="u", outcome=OutcomeKind.AGENT_FAILURE, usage=ModelUsage(calls=2, input_tokens=10, output_tokens=5, cost_usd=0.5)
+        )
+        store.record_result("old", result)
+        rows = {r["task_id"]: r for r in store.results("old")}
+        assert rows["u"]["input_tokens"] == 10 and rows["u"]["cost_usd"] == 0.5 and rows["t"]["cost_usd"] is None

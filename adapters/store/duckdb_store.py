@@ -3,8 +3,12 @@
 Query it with any DuckDB client, e.g. ``duckdb results.duckdb``. All TIMESTAMP columns are UTC
 (naive timestamps); all durations are in seconds.
 
-Schema (version 1)
+Schema (version 2)
 ------------------
+
+Version 2 added model usage: ``runs.model_endpoint``, and ``model_calls``, ``input_tokens``,
+``output_tokens`` and ``cost_usd`` on ``task_results`` (the attempt's total) and ``steps``.
+A version-1 file is upgraded in place when opened; a newer file is refused.
 
 ``schema_version(version INTEGER)``
     One row: the schema version the file was written with. Code refuses a file whose version is
@@ -28,6 +32,7 @@ Schema (version 1)
     code_revision        VARCHAR   git revision of this code
     prefect_flow_run_id  VARCHAR   the Prefect flow run that produced it
     environment          VARCHAR   e.g. "local-simulation" (simulated desktop) or a VM image
+    model_endpoint       VARCHAR   the model API base URL the agent called, if any
     ==================== ========= =========================================================
 
 ``task_results`` -- one row per task *attempt*; primary key (run_id, task_id, attempt).
@@ -51,12 +56,17 @@ Schema (version 1)
     vm_id                VARCHAR   the VM that ran the attempt
     recorded_at          TIMESTAMP when the row was written
     timings              JSON      the full timings dict as reported (including extra keys)
+    model_calls          INTEGER   model API calls of the attempt (0 for scripted agents)
+    input_tokens         BIGINT    model input tokens of the attempt
+    output_tokens        BIGINT    model output tokens of the attempt
+    cost_usd             DOUBLE    model cost of the attempt, from the configured prices
     ==================== ========= =========================================================
 
 ``steps`` -- one row per agent step; primary key (run_id, task_id, attempt, step_index).
     action_type VARCHAR (click, type, ...), action JSON (the full BenchmarkAction),
     screenshot_path VARCHAR, window_title VARCHAR, agent_seconds DOUBLE, env_seconds DOUBLE,
-    error VARCHAR.
+    error VARCHAR, and the step's model_calls, input_tokens, output_tokens, cost_usd (NULL
+    when the agent has no model).
 
 ``latest_task_results`` (view) -- task_results restricted to the last attempt of each
 (run_id, task_id). Reports count this view, so a task retried after an infrastructure error
@@ -83,9 +93,24 @@ from typing import Any
 import duckdb
 from pydantic import BaseModel, Field
 
-from adapters.benchmark import BenchmarkResult, OutcomeKind
+from adapters.benchmark import BenchmarkResult, ModelUsage, OutcomeKind
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+# In-place upgrades: MIGRATIONS[v] takes a file from version v to v + 1.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "ALTER TABLE runs ADD COLUMN model_endpoint VARCHAR",
+        "ALTER TABLE task_results ADD COLUMN model_calls INTEGER",
+        "ALTER TABLE task_results ADD COLUMN input_tokens BIGINT",
+        "ALTER TABLE task_results ADD COLUMN output_tokens BIGINT",
+        "ALTER TABLE task_results ADD COLUMN cost_usd DOUBLE",
+        "ALTER TABLE steps ADD COLUMN model_calls INTEGER",
+        "ALTER TABLE steps ADD COLUMN input_tokens BIGINT",
+        "ALTER TABLE steps ADD COLUMN output_tokens BIGINT",
+        "ALTER TABLE steps ADD COLUMN cost_usd DOUBLE",
+    ),
+}
 
 # The outcomes after which a task is done for good; resume skips only these. Derived from the
 # schema's own rule so the store and the retry logic cannot disagree.
@@ -114,7 +139,8 @@ _DDL: tuple[str, ...] = (
         reset_level VARCHAR,
         code_revision VARCHAR,
         prefect_flow_run_id VARCHAR,
-        environment VARCHAR
+        environment VARCHAR,
+        model_endpoint VARCHAR
     )
     """,
     """
@@ -140,6 +166,10 @@ _DDL: tuple[str, ...] = (
         vm_id VARCHAR,
         recorded_at TIMESTAMP,
         timings JSON,
+        model_calls INTEGER,
+        input_tokens BIGINT,
+        output_tokens BIGINT,
+        cost_usd DOUBLE,
         PRIMARY KEY (run_id, task_id, attempt)
     )
     """,
@@ -156,11 +186,15 @@ _DDL: tuple[str, ...] = (
         agent_seconds DOUBLE,
         env_seconds DOUBLE,
         error VARCHAR,
+        model_calls INTEGER,
+        input_tokens BIGINT,
+        output_tokens BIGINT,
+        cost_usd DOUBLE,
         PRIMARY KEY (run_id, task_id, attempt, step_index)
     )
     """,
     """
-    CREATE VIEW IF NOT EXISTS latest_task_results AS
+    CREATE OR REPLACE VIEW latest_task_results AS
     SELECT * FROM task_results
     QUALIFY row_number() OVER (PARTITION BY run_id, task_id ORDER BY attempt DESC) = 1
     """,
@@ -170,13 +204,21 @@ _RESULT_COLUMNS: tuple[str, ...] = (
     "run_id", "task_id", "domain", "attempt", "outcome", "success", "score", "infeasible",
     "num_steps", "error", "reason", "total_time_seconds", "reset_seconds", "setup_seconds",
     "episode_seconds", "evaluate_seconds", "agent_seconds", "env_seconds", "vm_id",
-    "recorded_at", "timings",
+    "recorded_at", "timings", "model_calls", "input_tokens", "output_tokens", "cost_usd",
 )
 _STEP_COLUMNS: tuple[str, ...] = (
     "run_id", "task_id", "attempt", "step_index", "action_type", "action", "screenshot_path",
-    "window_title", "agent_seconds", "env_seconds", "error",
+    "window_title", "agent_seconds", "env_seconds", "error", "model_calls", "input_tokens",
+    "output_tokens", "cost_usd",
 )
 _JSON_COLUMNS = frozenset({"agent_config", "timings", "action"})
+
+
+def _usage_values(usage: ModelUsage | None) -> list[Any]:
+    """model_calls, input_tokens, output_tokens, cost_usd; NULLs for agents without a model."""
+    if usage is None:
+        return [None, None, None, None]
+    return [usage.calls, usage.input_tokens, usage.output_tokens, usage.cost_usd]
 
 
 class StoreError(RuntimeError):
@@ -262,6 +304,7 @@ class RunInfo(BaseModel):
     code_revision: str | None = None
     prefect_flow_run_id: str | None = None
     environment: str | None = None
+    model_endpoint: str | None = None
 
 
 class DomainSummary(BaseModel):
@@ -392,10 +435,17 @@ class ResultStore:
             )
         conn.execute("BEGIN TRANSACTION")
         try:
+            version = found
+            while version is not None and version < SCHEMA_VERSION:
+                for statement in MIGRATIONS[version]:
+                    conn.execute(statement)
+                version += 1
             for statement in _DDL:
                 conn.execute(statement)
             if found is None:
                 conn.execute("INSERT INTO schema_version VALUES (?)", [SCHEMA_VERSION])
+            elif found < SCHEMA_VERSION:
+                conn.execute("UPDATE schema_version SET version = ?", [SCHEMA_VERSION])
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -448,13 +498,13 @@ class ResultStore:
             conn.execute(
                 "INSERT INTO runs (run_id, started_at, finished_at, status, agent, agent_config, "
                 "model_id, suite, suite_hash, task_count, pool_size, provider, reset_level, "
-                "code_revision, prefect_flow_run_id, environment) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "code_revision, prefect_flow_run_id, environment, model_endpoint) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     run.run_id, _to_utc_naive(run.started_at), _to_utc_naive(run.finished_at),
                     run.status, run.agent, config_json, run.model_id, run.suite, run.suite_hash,
                     run.task_count, run.pool_size, run.provider, run.reset_level,
-                    run.code_revision, run.prefect_flow_run_id, run.environment,
+                    run.code_revision, run.prefect_flow_run_id, run.environment, run.model_endpoint,
                 ],
             )
 
@@ -500,13 +550,14 @@ class ResultStore:
             run_id, result.task_id, result.domain, result.attempt, result.outcome.value,
             result.success, result.score, result.infeasible, result.num_steps, result.error,
             result.reason, result.total_time_seconds, *stage_values, result.vm_id, _utcnow(),
-            json.dumps(timings, sort_keys=True),
+            json.dumps(timings, sort_keys=True), *_usage_values(result.usage),
         ]
         step_rows = [
             [
                 run_id, result.task_id, result.attempt, step.index, step.action.type.value,
                 json.dumps(step.action.model_dump(mode="json"), default=str), step.screenshot_path,
                 step.window_title, step.agent_seconds, step.env_seconds, step.error,
+                *_usage_values(step.usage),
             ]
             for step in result.steps
         ]
