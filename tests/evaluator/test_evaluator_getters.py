@@ -230,9 +230,9 @@ EXAMPLES = Path("/work/shared/waa-tasks/examples")
 
 
 def test_unsupported_names_basic():
-    spec = {"func": ["exact_match", "compare_table"], "result": [{"type": "vm_file"}, {"type": "vlc_config"}],
+    spec = {"func": ["exact_match", "no_such_metric"], "result": [{"type": "vm_file"}, {"type": "no_such_getter"}],
             "expected": [None, {"type": "rule"}]}
-    assert unsupported_names(spec) == ["compare_table", "vlc_config"]
+    assert unsupported_names(spec) == ["no_such_metric", "no_such_getter"]
     assert unsupported_names({"func": "infeasible", "result": {}, "expected": {}}) == []
     assert unsupported_names(None) == [] and unsupported_names({"func": 3, "result": "x"}) == []
 

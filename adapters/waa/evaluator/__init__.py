@@ -16,6 +16,9 @@ from adapters.waa.evaluator.getters import GETTERS, GetterContext, getter
 from adapters.waa.evaluator.metrics import METRICS, metric
 from adapters.waa.evaluator.vm import VMConnection
 
+# Domain modules register their getters and metrics on import (heavy packages load lazily).
+from adapters.waa.evaluator import getters_browser, metrics_browser, metrics_table  # noqa: E402,F401
+
 __all__ = [
     "GETTERS",
     "KNOWN_DEVIATIONS",
