@@ -267,6 +267,8 @@ class BenchmarkResult(BaseModel):
     total_time_seconds: float = 0.0
     timings: dict[str, float] = Field(default_factory=dict)
     usage: ModelUsage = Field(default_factory=ModelUsage)
+    agent_details: dict[str, Any] = Field(default_factory=dict)
+    """The agent's configuration as it stood after this task (e.g. the demo it retrieved)."""
     attempt: int = 1
     vm_id: str | None = None
 

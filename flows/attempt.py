@@ -57,6 +57,7 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
         base: BenchmarkResult | None = None,
         steps: Sequence[StepRecord] | None = None,
         usage: ModelUsage | None = None,
+        agent: dict[str, Any] | None = None,
     ) -> BenchmarkResult:
         if outcome is OutcomeKind.INFRASTRUCTURE_ERROR:
             vm.healthy = False
@@ -76,6 +77,8 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
             data.update(steps=[s.model_dump() for s in steps], num_steps=len(steps))
         if usage is not None:
             data.update(usage=usage.model_dump())
+        if agent is not None:
+            data.update(agent_details=agent)
         return BenchmarkResult.model_validate(data)
 
     def timed(stage: str, fn: Callable[..., T], *args: Any) -> T:
@@ -102,14 +105,18 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
             return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=f"setup: {exc}")
 
         screenshot_dir = ctx.artifacts_dir / task.task_id / f"attempt-{attempt}"
-        episode = timed("episode", play_episode, adapter, ctx.agent_factory(), task, ctx.limits, screenshot_dir)
+        agent = ctx.agent_factory()
+        episode = timed("episode", play_episode, adapter, agent, task, ctx.limits, screenshot_dir)
+        agent_details = agent.config()
         timings["agent"] = episode.agent_seconds
         timings["env"] = episode.env_seconds
         if episode.final_outcome is not None:
-            return finish(episode.final_outcome, error=episode.error, steps=episode.steps, usage=episode.usage)
+            return finish(
+                episode.final_outcome, error=episode.error, steps=episode.steps, usage=episode.usage, agent=agent_details
+            )
 
         evaluation = timed("evaluate", evaluate_state, adapter, task)
-        return finish(evaluation.outcome, base=evaluation, steps=episode.steps, usage=episode.usage)
+        return finish(evaluation.outcome, base=evaluation, steps=episode.steps, usage=episode.usage, agent=agent_details)
     except Exception as exc:  # noqa: BLE001 - an unforeseen failure still yields one result
         return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=f"unexpected {type(exc).__name__}: {exc}")
     finally:

@@ -7,7 +7,8 @@ Schema (version 2)
 ------------------
 
 Version 2 added model usage: ``runs.model_endpoint``, and ``model_calls``, ``input_tokens``,
-``output_tokens`` and ``cost_usd`` on ``task_results`` (the attempt's total) and ``steps``.
+``output_tokens`` and ``cost_usd`` on ``task_results`` (the attempt's total) and ``steps``, and
+``task_results.agent_details``.
 A version-1 file is upgraded in place when opened; a newer file is refused.
 
 ``schema_version(version INTEGER)``
@@ -60,6 +61,8 @@ A version-1 file is upgraded in place when opened; a newer file is refused.
     input_tokens         BIGINT    model input tokens of the attempt
     output_tokens        BIGINT    model output tokens of the attempt
     cost_usd             DOUBLE    model cost of the attempt, from the configured prices
+    agent_details        JSON      the agent's configuration after the task (e.g. the id of
+                                   the demonstration it retrieved), secrets removed
     ==================== ========= =========================================================
 
 ``steps`` -- one row per agent step; primary key (run_id, task_id, attempt, step_index).
@@ -105,6 +108,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE task_results ADD COLUMN input_tokens BIGINT",
         "ALTER TABLE task_results ADD COLUMN output_tokens BIGINT",
         "ALTER TABLE task_results ADD COLUMN cost_usd DOUBLE",
+        "ALTER TABLE task_results ADD COLUMN agent_details JSON",
         "ALTER TABLE steps ADD COLUMN model_calls INTEGER",
         "ALTER TABLE steps ADD COLUMN input_tokens BIGINT",
         "ALTER TABLE steps ADD COLUMN output_tokens BIGINT",
@@ -170,6 +174,7 @@ _DDL: tuple[str, ...] = (
         input_tokens BIGINT,
         output_tokens BIGINT,
         cost_usd DOUBLE,
+        agent_details JSON,
         PRIMARY KEY (run_id, task_id, attempt)
     )
     """,
@@ -205,13 +210,14 @@ _RESULT_COLUMNS: tuple[str, ...] = (
     "num_steps", "error", "reason", "total_time_seconds", "reset_seconds", "setup_seconds",
     "episode_seconds", "evaluate_seconds", "agent_seconds", "env_seconds", "vm_id",
     "recorded_at", "timings", "model_calls", "input_tokens", "output_tokens", "cost_usd",
+    "agent_details",
 )
 _STEP_COLUMNS: tuple[str, ...] = (
     "run_id", "task_id", "attempt", "step_index", "action_type", "action", "screenshot_path",
     "window_title", "agent_seconds", "env_seconds", "error", "model_calls", "input_tokens",
     "output_tokens", "cost_usd",
 )
-_JSON_COLUMNS = frozenset({"agent_config", "timings", "action"})
+_JSON_COLUMNS = frozenset({"agent_config", "timings", "action", "agent_details"})
 
 
 def _usage_values(usage: ModelUsage | None) -> list[Any]:
@@ -551,6 +557,7 @@ class ResultStore:
             result.success, result.score, result.infeasible, result.num_steps, result.error,
             result.reason, result.total_time_seconds, *stage_values, result.vm_id, _utcnow(),
             json.dumps(timings, sort_keys=True), *_usage_values(result.usage),
+            json.dumps(scrub_secrets(result.agent_details), sort_keys=True, default=str),
         ]
         step_rows = [
             [

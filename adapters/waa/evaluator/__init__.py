@@ -17,7 +17,15 @@ from adapters.waa.evaluator.metrics import METRICS, metric
 from adapters.waa.evaluator.vm import VMConnection
 
 # Domain modules register their getters and metrics on import (heavy packages load lazily).
-from adapters.waa.evaluator import getters_browser, metrics_browser, metrics_table  # noqa: E402,F401
+from adapters.waa.evaluator import (  # noqa: E402,F401
+    getters_browser,
+    getters_system,
+    metrics_browser,
+    metrics_docs,
+    metrics_media,
+    metrics_system,
+    metrics_table,
+)
 
 __all__ = [
     "GETTERS",
@@ -28,9 +36,20 @@ __all__ = [
     "VMConnection",
     "evaluate_task",
     "getter",
+    "known_deviations",
     "metric",
     "unsupported_names",
 ]
+
+
+def known_deviations() -> dict[str, list[str]]:
+    """Every documented difference from WAA's evaluator, and WAA quirks kept on purpose, by area."""
+    return {
+        "engine": list(KNOWN_DEVIATIONS),
+        "browser getters": list(getters_browser.BROWSER_DEVIATIONS),
+        "document metrics (WAA quirks kept)": list(metrics_docs.DOCS_KNOWN_QUIRKS),
+        "media metrics": list(metrics_media.MEDIA_DEVIATIONS),
+    }
 
 
 def _getter_types(value: Any) -> list[Any]:
