@@ -18,8 +18,26 @@ from pydantic import ValidationError
 
 
 def _run(args: argparse.Namespace) -> int:
+    from adapters.agents import AgentOptions
     from flows.evaluate_suite import SuiteRunConfig, run_suite
 
+    agent_options = AgentOptions(
+        **{k: v for k, v in {
+            "plans_path": args.plans,
+            "seed": args.seed,
+            "model": args.model,
+            "base_url": args.base_url,
+            "api_key_env": args.api_key_env,
+            "observation": args.observation,
+            "prices_path": args.prices,
+            "tool_version": args.tool_version,
+            "demo_library": args.demo_library,
+            "demo_retriever": args.demo_retriever,
+            "demo_backend": args.demo_backend,
+            "policy_url": args.policy_url,
+            "policy_headers_env": dict(h.split("=", 1) for h in args.policy_header_env or []) or None,
+        }.items() if v is not None}
+    )
     config = SuiteRunConfig(
         **{k: v for k, v in {
             "suite_dir": args.suite,
@@ -27,8 +45,7 @@ def _run(args: argparse.Namespace) -> int:
             "domains": args.domain or None,
             "task_ids": args.task or None,
             "agent": args.agent,
-            "plans_path": args.plans,
-            "seed": args.seed,
+            "agent_options": agent_options,
             "pool_size": args.pool_size,
             "reset_level": args.reset_level,
             "max_steps": args.max_steps,
@@ -90,6 +107,8 @@ def _tasks_coverage(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from adapters.agents import AGENT_NAMES
+
     parser = argparse.ArgumentParser(prog="arena", description="Windows Agent Arena evaluations with Prefect and DuckDB")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -98,9 +117,24 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--difficulty", choices=["normal", "hard"])
     run.add_argument("--domain", action="append", help="only this domain (repeatable)")
     run.add_argument("--task", action="append", help="only this task id (repeatable)")
-    run.add_argument("--agent", choices=["scripted", "random"], default="scripted")
+    run.add_argument("--agent", choices=AGENT_NAMES, default="scripted", help="see adapters/agents/__init__.py")
     run.add_argument("--plans", type=Path, help="plans for the scripted agent (default: the suite's solutions.json)")
     run.add_argument("--seed", type=int, help="random agent seed")
+    run.add_argument("--model", help="model name or checkpoint (claude, openai, anthropic, demo agents)")
+    run.add_argument("--base-url", help="model API base URL, e.g. a vLLM server's http://host:8000/v1")
+    run.add_argument("--api-key-env", help="name of the environment variable holding the API key")
+    run.add_argument("--observation", choices=["screenshot", "a11y_tree", "screenshot_a11y_tree", "som"])
+    run.add_argument("--prices", type=Path, help="JSON file of prices per million tokens, by model")
+    run.add_argument("--tool-version", help="computer-use tool version for the claude agent")
+    run.add_argument("--demo-library", type=Path, help="demo library directory for the demo agent")
+    run.add_argument("--demo-retriever", choices=["lexical", "embedding"])
+    run.add_argument("--demo-backend", choices=["openai", "anthropic"], help="model API of the demo agent")
+    run.add_argument("--policy-url", help="the http agent's policy endpoint")
+    run.add_argument(
+        "--policy-header-env",
+        action="append",
+        help="HEADER=ENV_VAR: send the value of ENV_VAR as HEADER to the policy (repeatable)",
+    )
     run.add_argument("--pool-size", type=int, default=4, help="number of VMs, and of tasks run at once")
     run.add_argument("--reset-level", choices=["setup", "snapshot", "reboot"])
     run.add_argument("--max-steps", type=int)

@@ -34,7 +34,7 @@ from prefect.context import get_run_context
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, Field, model_validator
 
-from adapters.agents import build_agent
+from adapters.agents import AgentOptions, build_agent
 from adapters.benchmark import BenchmarkResult, BenchmarkTask, OutcomeKind
 from adapters.episode import EpisodeLimits
 from adapters.store.duckdb_store import ResultStore, RunInfo
@@ -58,8 +58,7 @@ class SuiteRunConfig(BaseModel):
     domains: list[str] | None = None
     task_ids: list[str] | None = None
     agent: str = "scripted"
-    plans_path: Path | None = None
-    seed: int = 0
+    agent_options: AgentOptions = Field(default_factory=AgentOptions)
     pool_size: int = Field(default=4, ge=1, le=64)
     provider: Literal["local", "existing"] = "local"
     quirks: bool = False  # local provider: reproduce a real WAA server's quirks
@@ -83,11 +82,12 @@ class SuiteRunConfig(BaseModel):
                 )
         return self
 
-    def resolved_plans_path(self) -> Path | None:
-        if self.plans_path is not None:
-            return self.plans_path
+    def resolved_agent_options(self) -> AgentOptions:
+        """Agent options with the suite's own solution plans filled in for the scripted agent."""
+        if self.agent_options.plans_path is not None:
+            return self.agent_options
         candidate = self.suite_dir / "solutions.json"
-        return candidate if candidate.exists() else None
+        return self.agent_options.model_copy(update={"plans_path": candidate if candidate.exists() else None})
 
 
 class RunOutcome(BaseModel):
@@ -179,9 +179,9 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
         config.suite_dir, difficulty=config.difficulty, max_steps=config.max_steps, require_supported=True
     )
     tasks = catalog.tasks(domains=config.domains, ids=config.task_ids)
-    plans_path = config.resolved_plans_path()
+    agent_options = config.resolved_agent_options()
     # Build one agent up front so a bad agent configuration fails before any VM exists.
-    agent_config = build_agent(config.agent, plans_path=plans_path, seed=config.seed).config()
+    agent_config = build_agent(config.agent, agent_options).config()
 
     store = ResultStore(config.db_path)
     finished = store.finished_task_ids(run_id)
@@ -197,7 +197,8 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
             status="running",
             agent=config.agent,
             agent_config=agent_config,
-            model_id=None,
+            model_id=agent_config.get("model"),
+            model_endpoint=agent_config.get("base_url"),
             suite=str(config.suite_dir),
             suite_hash=catalog.content_hash(),
             task_count=len(tasks),
@@ -220,7 +221,7 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
             ctx = AttemptContext(
                 provider=provider,
                 catalog=catalog,
-                agent_factory=lambda: build_agent(config.agent, plans_path=plans_path, seed=config.seed),
+                agent_factory=lambda: build_agent(config.agent, agent_options),
                 reset_level=config.reset_level,
                 limits=EpisodeLimits(max_steps=config.max_steps, wall_clock_seconds=config.episode_timeout_seconds),
                 cache_dir=Path(cache_dir),

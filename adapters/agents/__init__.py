@@ -1,23 +1,95 @@
-"""Agents that choose actions from observations; see `build_agent` for the CLI's names."""
+"""Agents that choose actions from observations; `build_agent` makes one from its CLI name.
+
+    scripted  follows the suite's solution plans (solutions.json)
+    random    random clicks, keys and text (the floor)
+    claude    Claude with the computer-use tool (anthropic SDK)
+    openai    a prompting agent on any OpenAI-compatible endpoint (OpenAI, vLLM, SGLang)
+    anthropic the same prompting agent on Claude through the anthropic SDK
+    demo      the prompting agent with a retrieved demonstration in its prompt
+    http      your own policy behind an HTTP endpoint (docs/http_policy.md)
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
 
 from adapters.agents.random_agent import RandomAgent
 from adapters.agents.scripted import ScriptedAgent, load_plans
 from adapters.benchmark import BenchmarkAgent
 
-AGENT_NAMES = ("scripted", "random")
+AGENT_NAMES = ("scripted", "random", "claude", "openai", "anthropic", "demo", "http")
 
 
-def build_agent(name: str, *, plans_path: Path | None = None, seed: int = 0, **_: Any) -> BenchmarkAgent:
-    """An agent by its CLI name; unknown names raise ValueError listing the known ones."""
+class AgentOptions(BaseModel):
+    """Everything an agent can be configured with from the CLI or a deployment (no secrets:
+    API keys are read from the environment variable named by `api_key_env`)."""
+
+    plans_path: Path | None = None
+    seed: int = 0
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    observation: Literal["screenshot", "a11y_tree", "screenshot_a11y_tree", "som"] | None = None
+    prices_path: Path | None = None
+    tool_version: str | None = None
+    demo_library: Path | None = None
+    demo_retriever: Literal["lexical", "embedding"] = "lexical"
+    demo_backend: Literal["openai", "anthropic"] = "openai"
+    policy_url: str | None = None
+    policy_headers_env: dict[str, str] = Field(default_factory=dict)
+
+
+def _model_overrides(options: AgentOptions) -> dict[str, Any]:
+    fields = {
+        "model": options.model,
+        "base_url": options.base_url,
+        "api_key_env": options.api_key_env,
+        "prices": str(options.prices_path) if options.prices_path else None,
+    }
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _prompting_agent(backend: str, options: AgentOptions) -> BenchmarkAgent:
+    from adapters.agents.prompting import PromptingAgent
+
+    overrides = _model_overrides(options)
+    if options.observation:
+        overrides["observation"] = options.observation
+    return PromptingAgent(backend=backend, **overrides)
+
+
+def build_agent(name: str, options: AgentOptions | None = None) -> BenchmarkAgent:
+    """An agent by its CLI name; unknown names or missing settings raise ValueError naming them."""
+    options = options or AgentOptions()
     if name == "scripted":
-        if plans_path is None:
+        if options.plans_path is None:
             raise ValueError("the scripted agent needs a plans file (solutions.json)")
-        return ScriptedAgent(load_plans(plans_path))
+        return ScriptedAgent(load_plans(options.plans_path))
     if name == "random":
-        return RandomAgent(seed=seed)
+        return RandomAgent(seed=options.seed)
+    if name == "claude":
+        from adapters.agents.claude_computer_use import ClaudeComputerUseAgent
+
+        overrides = _model_overrides(options)
+        if options.tool_version:
+            overrides["tool_version"] = options.tool_version
+        return ClaudeComputerUseAgent(**overrides)
+    if name in ("openai", "anthropic"):
+        return _prompting_agent(name, options)
+    if name == "demo":
+        from adapters.agents.demo_conditioned import DemoConditionedAgent
+        from adapters.agents.demos import DEFAULT_DEMO_LIBRARY, EmbeddingDemoRetriever, LexicalDemoRetriever
+
+        library = options.demo_library or DEFAULT_DEMO_LIBRARY
+        retriever_class = LexicalDemoRetriever if options.demo_retriever == "lexical" else EmbeddingDemoRetriever
+        return DemoConditionedAgent(_prompting_agent(options.demo_backend, options), retriever_class.from_directory(library))
+    if name == "http":
+        from adapters.agents.http_policy import HttpPolicyAgent
+
+        if not options.policy_url:
+            raise ValueError("the http agent needs --policy-url")
+        return HttpPolicyAgent(options.policy_url, headers_from_env=options.policy_headers_env or None)
     raise ValueError(f"unknown agent {name!r}; known agents: {', '.join(AGENT_NAMES)}")
