@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 
 def _run(args: argparse.Namespace) -> int:
-    from adapters.agents import AgentOptions
+    from adapters.agents import AgentOptions, build_agent
     from flows.evaluate_suite import SuiteRunConfig, run_suite
 
     agent_options = AgentOptions(
@@ -58,6 +58,7 @@ def _run(args: argparse.Namespace) -> int:
             **({"provider": "existing", "waa_urls": args.waa_url, "pool_size": len(args.waa_url)} if args.waa_url else {}),
         }.items() if v is not None}
     )
+    build_agent(config.agent, config.resolved_agent_options())  # fail fast, before Prefect starts
     outcome = run_suite(config)
     print("\n" + outcome.table)
     print(f"\nResults: {outcome.db_path.resolve()} (run_id {outcome.run_id!r})")

@@ -7,9 +7,16 @@ known state at a chosen level, and deletes what it created. Providers know nothi
 from __future__ import annotations
 
 import abc
+import datetime as dt
 import enum
 from dataclasses import dataclass, field
 from typing import Any
+
+# Tags on every cloud resource this product creates; the janitor deletes only what carries them.
+TAG_OWNER = "waa-arena-owner"
+TAG_RUN_ID = "waa-arena-run-id"
+TAG_EXPIRES_AT = "waa-arena-expires-at"  # ISO 8601 UTC, e.g. 2026-11-22T06:00:00Z
+TAG_MANAGED = "waa-arena-managed"  # always "true"
 
 
 class ResetLevel(str, enum.Enum):
@@ -23,6 +30,51 @@ class ResetLevel(str, enum.Enum):
 
 class ProviderError(RuntimeError):
     """A provider could not create, reset or delete a VM; the message names the VM and step."""
+
+
+class CapacityError(ProviderError):
+    """The cloud has no capacity or quota for this size/region; the pool tries the next one."""
+
+
+@dataclass(frozen=True)
+class ResourceTags:
+    """Ownership of a created resource: which run made it, who runs it, when it may be deleted."""
+
+    run_id: str
+    owner: str
+    expires_at: dt.datetime
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            TAG_MANAGED: "true",
+            TAG_OWNER: self.owner,
+            TAG_RUN_ID: self.run_id,
+            TAG_EXPIRES_AT: self.expires_at.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+
+    @staticmethod
+    def expiry_of(tags: dict[str, str]) -> dt.datetime | None:
+        """The expiry in a resource's tags, or None when it is not one of ours or unreadable."""
+        if tags.get(TAG_MANAGED) != "true" or TAG_EXPIRES_AT not in tags:
+            return None
+        try:
+            return dt.datetime.strptime(tags[TAG_EXPIRES_AT], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+        except ValueError:
+            return None
+
+
+@dataclass(frozen=True)
+class OwnedResource:
+    """A cloud resource carrying this product's tags (a VM, disk, NIC, IP, security group...)."""
+
+    provider: str
+    kind: str
+    resource_id: str
+    tags: dict[str, str]
+
+    def expired(self, now: dt.datetime | None = None) -> bool:
+        expiry = ResourceTags.expiry_of(self.tags)
+        return expiry is not None and expiry <= (now or dt.datetime.now(dt.timezone.utc))
 
 
 @dataclass
@@ -59,3 +111,15 @@ class VMProvider(abc.ABC):
 
     def supported_reset_levels(self) -> set[ResetLevel]:
         return {ResetLevel.SETUP}
+
+    def stop(self, vm: VMHandle) -> None:
+        """Stop paying for the VM's compute (deallocate / stop) without deleting it."""
+        raise NotImplementedError(f"the {self.name} provider cannot stop a VM without deleting it")
+
+    def list_owned(self) -> list[OwnedResource]:
+        """Every resource carrying this product's tags; providers without cloud resources own none."""
+        return []
+
+    def delete_resource(self, resource: OwnedResource) -> None:
+        """Delete one owned resource (the janitor's tool); only resources with our tags."""
+        raise NotImplementedError(f"the {self.name} provider has no cloud resources to delete")
