@@ -4,6 +4,7 @@
     arena tasks list --waa-dir D   list a WAA task directory by domain
     arena tasks coverage --waa-dir D   which tasks this product can run and score
     arena probe URL                check a WAA server layer by layer
+    arena janitor [--dry-run]      delete expired cloud resources this product created
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def _run(args: argparse.Namespace) -> int:
             "artifacts_dir": args.artifacts,
             "run_id": args.run_id,
             "quirks": args.quirks or None,
+            "provider": args.provider,
+            "cloud_config": args.cloud_config,
             **({"provider": "existing", "waa_urls": args.waa_url, "pool_size": len(args.waa_url)} if args.waa_url else {}),
         }.items() if v is not None}
     )
@@ -107,6 +110,14 @@ def _tasks_coverage(args: argparse.Namespace) -> int:
     return 0 if all(c.supported for c in coverages) else 1
 
 
+def _janitor(args: argparse.Namespace) -> int:
+    from flows.janitor import janitor
+
+    for line in janitor(providers=args.provider or None, cloud_config=args.config, dry_run=args.dry_run):
+        print(line)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from adapters.agents import AGENT_NAMES
 
@@ -145,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--artifacts", type=Path, help="screenshot directory (default results/artifacts)")
     run.add_argument("--run-id", help="resume or name a run")
     run.add_argument("--quirks", action="store_true", help="local VMs reproduce a real WAA server's quirks")
+    run.add_argument("--provider", choices=["local", "aws", "azure"], help="where the VMs come from (default local)")
+    run.add_argument("--cloud-config", type=Path, help="cloud settings TOML for aws/azure (default $ARENA_CONFIG)")
     run.add_argument(
         "--waa-url",
         action="append",
@@ -156,6 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("url", help="the WAA server, e.g. http://127.0.0.1:5000")
     probe.add_argument("--wait", type=float, default=0.0, help="seconds to wait for the server to become ready")
     probe.set_defaults(func=_probe)
+
+    janitor = sub.add_parser("janitor", help="delete expired cloud resources this product created")
+    janitor.add_argument("--provider", action="append", choices=["aws", "azure"])
+    janitor.add_argument("--config", type=Path, help="cloud settings TOML (default $ARENA_CONFIG or ./arena.toml)")
+    janitor.add_argument("--dry-run", action="store_true", help="list what would be deleted")
+    janitor.set_defaults(func=_janitor)
 
     tasks = sub.add_parser("tasks", help="inspect task suites")
     tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True)

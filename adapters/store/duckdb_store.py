@@ -8,7 +8,7 @@ Schema (version 2)
 
 Version 2 added model usage: ``runs.model_endpoint``, and ``model_calls``, ``input_tokens``,
 ``output_tokens`` and ``cost_usd`` on ``task_results`` (the attempt's total) and ``steps``, and
-``task_results.agent_details``.
+``task_results.agent_details`` and ``task_results.vm_seconds``.
 A version-1 file is upgraded in place when opened; a newer file is refused.
 
 ``schema_version(version INTEGER)``
@@ -54,6 +54,7 @@ A version-1 file is upgraded in place when opened; a newer file is refused.
     reset_seconds ... env_seconds
                          DOUBLE    time per stage: reset, setup, episode, evaluate, and within
                                    the episode agent (model) vs env (VM) time; NULL if unknown
+    vm_seconds           DOUBLE    seconds the attempt held its VM (for cost per task)
     vm_id                VARCHAR   the VM that ran the attempt
     recorded_at          TIMESTAMP when the row was written
     timings              JSON      the full timings dict as reported (including extra keys)
@@ -109,6 +110,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE task_results ADD COLUMN output_tokens BIGINT",
         "ALTER TABLE task_results ADD COLUMN cost_usd DOUBLE",
         "ALTER TABLE task_results ADD COLUMN agent_details JSON",
+        "ALTER TABLE task_results ADD COLUMN vm_seconds DOUBLE",
         "ALTER TABLE steps ADD COLUMN model_calls INTEGER",
         "ALTER TABLE steps ADD COLUMN input_tokens BIGINT",
         "ALTER TABLE steps ADD COLUMN output_tokens BIGINT",
@@ -123,7 +125,7 @@ _INFRA = OutcomeKind.INFRASTRUCTURE_ERROR.value
 
 # The stage timings that have their own column; BenchmarkResult.timings may name them either
 # "reset" or "reset_seconds".
-_TIMING_STAGES: tuple[str, ...] = ("reset", "setup", "episode", "evaluate", "agent", "env")
+_TIMING_STAGES: tuple[str, ...] = ("reset", "setup", "episode", "evaluate", "agent", "env", "vm")
 
 _DDL: tuple[str, ...] = (
     """
@@ -167,6 +169,7 @@ _DDL: tuple[str, ...] = (
         evaluate_seconds DOUBLE,
         agent_seconds DOUBLE,
         env_seconds DOUBLE,
+        vm_seconds DOUBLE,
         vm_id VARCHAR,
         recorded_at TIMESTAMP,
         timings JSON,
@@ -208,7 +211,7 @@ _DDL: tuple[str, ...] = (
 _RESULT_COLUMNS: tuple[str, ...] = (
     "run_id", "task_id", "domain", "attempt", "outcome", "success", "score", "infeasible",
     "num_steps", "error", "reason", "total_time_seconds", "reset_seconds", "setup_seconds",
-    "episode_seconds", "evaluate_seconds", "agent_seconds", "env_seconds", "vm_id",
+    "episode_seconds", "evaluate_seconds", "agent_seconds", "env_seconds", "vm_seconds", "vm_id",
     "recorded_at", "timings", "model_calls", "input_tokens", "output_tokens", "cost_usd",
     "agent_details",
 )

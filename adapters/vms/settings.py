@@ -1,0 +1,86 @@
+"""Cloud settings: one typed object from environment variables and an optional TOML file.
+
+    ARENA_CONFIG=arena.toml           # the file (default: ./arena.toml when it exists)
+    [aws]
+    region = "eu-west-1"
+    ami_id = "ami-..."
+    controller_cidr = "203.0.113.7/32"
+    owner = "eval-team"
+
+Environment variables override the file, nested with "__": ARENA_AWS__REGION=us-east-1.
+Credentials are never read from here: boto3's credential chain and DefaultAzureCredential find
+them (environment, profiles, managed identity, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from adapters.vms.aws import AWSSettings
+from adapters.vms.azure import AzureSettings
+
+CONFIG_ENV = "ARENA_CONFIG"
+
+
+class CloudSettings(BaseSettings):
+    """The cloud providers' settings; a section is None until configured."""
+
+    model_config = SettingsConfigDict(env_prefix="ARENA_", env_nested_delimiter="__", extra="forbid")
+
+    aws: AWSSettings | None = None
+    azure: AzureSettings | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file's values arrive as init arguments (see load_cloud_settings); the environment
+        # comes first so an ARENA_* variable overrides the file.
+        return (env_settings, init_settings)
+
+
+def load_cloud_settings(config_file: Path | None = None) -> CloudSettings:
+    """Settings from ARENA_* variables over the TOML file (`config_file`, $ARENA_CONFIG, or
+    ./arena.toml when present); errors name the file and the field."""
+    path = config_file or Path(os.environ.get(CONFIG_ENV, "arena.toml"))
+    data: dict[str, Any] = {}
+    if path.exists():
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ValueError(f"cloud config file {path}: {exc}") from None
+    elif config_file is not None or CONFIG_ENV in os.environ:
+        raise ValueError(f"cloud config file {path} does not exist")
+    try:
+        return CloudSettings(**data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"cloud settings ({path} and ARENA_* variables): {problems}") from None
+
+
+def build_cloud_provider(name: str, settings: CloudSettings, run_id: str) -> Any:
+    """The AWS or Azure provider for a run; a missing section is a clear error."""
+    if name == "aws":
+        if settings.aws is None:
+            raise ValueError("provider 'aws' needs an [aws] section in the cloud config (or ARENA_AWS__* variables)")
+        from adapters.vms.aws import AWSProvider
+
+        return AWSProvider(settings.aws, run_id)
+    if name == "azure":
+        if settings.azure is None:
+            raise ValueError("provider 'azure' needs an [azure] section in the cloud config (or ARENA_AZURE__* variables)")
+        from adapters.vms.azure import AzureProvider
+
+        return AzureProvider(settings.azure, run_id)
+    raise ValueError(f"unknown cloud provider {name!r}; known: aws, azure")
