@@ -71,6 +71,9 @@ class SuiteRunConfig(BaseModel):
     max_steps: int = Field(default=15, ge=1)
     episode_timeout_seconds: float = Field(default=1200.0, gt=0)
     max_attempts: int = Field(default=3, ge=1)
+    # Pause after each action before observing; None = the provider's default (3 s on real VMs,
+    # 0 on the simulation). Benchmarks use it to simulate per-step latency.
+    settle_seconds: float | None = Field(default=None, ge=0)
     db_path: Path = Path("results/arena.duckdb")
     artifacts_dir: Path = Path("results/artifacts")
     run_id: str | None = None
@@ -288,7 +291,9 @@ def _evaluate_on_pool(
                 limits=EpisodeLimits(max_steps=config.max_steps, wall_clock_seconds=config.episode_timeout_seconds),
                 cache_dir=Path(cache_dir),
                 artifacts_dir=config.artifacts_dir / run_id,
-                adapter_settings=LiveAdapterSettings(settle_seconds=provider.settle_seconds),
+                adapter_settings=LiveAdapterSettings(
+                    settle_seconds=provider.settle_seconds if config.settle_seconds is None else config.settle_seconds
+                ),
             )
             provision_pool(pool)
             work: queue.Queue[BenchmarkTask] = queue.Queue()
