@@ -45,6 +45,7 @@ from adapters.vms.base import (
     ResourceTags,
     VMHandle,
     VMProvider,
+    validate_controller_cidr,
 )
 
 log = logging.getLogger(__name__)
@@ -89,9 +90,6 @@ SPOT_INTERRUPTION_CODES = frozenset(
 
 # The ports the controller reaches on every VM: SSH, and the defaults of the settings below.
 SSH_PORT = 22
-
-_MIN_IPV4_PREFIX = 24
-_MIN_IPV6_PREFIX = 64
 
 
 class AWSSettings(BaseModel):
@@ -146,26 +144,6 @@ class AWSSettings(BaseModel):
     @classmethod
     def _narrow_cidr(cls, value: str) -> str:
         return validate_controller_cidr(value)
-
-
-def validate_controller_cidr(value: str) -> str:
-    """The normalized CIDR, or ValueError when it is malformed, the whole internet or too wide."""
-    try:
-        network = ipaddress.ip_network(value.strip(), strict=False)
-    except ValueError as exc:
-        raise ValueError(f"controller_cidr {value!r} is not an IP network such as 203.0.113.7/32: {exc}") from None
-    minimum = _MIN_IPV4_PREFIX if network.version == 4 else _MIN_IPV6_PREFIX
-    if network.prefixlen == 0:
-        raise ValueError(
-            f"controller_cidr {value!r} would open the WAA server, QMP monitor and browser to the whole "
-            "internet; give the controller's own address, e.g. 203.0.113.7/32"
-        )
-    if network.prefixlen < minimum:
-        raise ValueError(
-            f"controller_cidr {value!r} is too wide (/{network.prefixlen}); the VMs' unauthenticated WAA, QMP "
-            f"and DevTools ports may only be opened to /{minimum} or narrower, e.g. 203.0.113.7/32"
-        )
-    return str(network)
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import ipaddress
 import logging
 import re
 import threading
@@ -69,6 +68,7 @@ from adapters.vms.base import (
     ResourceTags,
     VMHandle,
     VMProvider,
+    validate_controller_cidr,
 )
 from adapters.waa.client import WAAClient
 from adapters.waa.errors import WAAError
@@ -105,27 +105,6 @@ _ARM_TYPES = {
     "microsoft.network/networksecuritygroups": KIND_NSG,
     "microsoft.network/virtualnetworks": KIND_VNET,
 }
-
-_OPEN_TO_ALL = {"*", "any", "internet", "0.0.0.0/0", "::/0", "0.0.0.0"}
-
-
-def _check_cidr(value: str) -> str:
-    """A source range for the NSG: an address or a network of at least /24 (IPv4) or /64 (IPv6)."""
-    text = value.strip()
-    if text.lower() in _OPEN_TO_ALL:
-        raise ValueError(f"controller_cidr {value!r} would open the VMs to everyone; give your controller's range")
-    try:
-        network = ipaddress.ip_network(text, strict=False)
-    except ValueError as exc:
-        raise ValueError(f"controller_cidr {value!r} is not an IP address or CIDR range") from exc
-    minimum = 24 if network.version == 4 else 64
-    if network.prefixlen < minimum:
-        raise ValueError(
-            f"controller_cidr {value!r} is wider than /{minimum}; the WAA, QMP and DevTools ports have no "
-            "authentication, so open them to the controller's own address or a small range"
-        )
-    return str(network)
-
 
 class AzureSettings(BaseModel):
     """Where and how the Azure provider creates VMs (no secrets: credentials come from Azure)."""
@@ -171,7 +150,7 @@ class AzureSettings(BaseModel):
     @field_validator("controller_cidr")
     @classmethod
     def _controller_cidr(cls, value: str) -> str:
-        return _check_cidr(value)
+        return validate_controller_cidr(value)
 
     @field_validator("ssh_public_key")
     @classmethod

@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import datetime as dt
 import enum
+import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,35 @@ class ResetLevel(str, enum.Enum):
     SNAPSHOT = "snapshot"  # restore the state saved once the WAA server answered
     REBOOT = "reboot"  # restart the machine
     DISK = "disk"  # replace the disk from the golden image (recovering a broken host)
+
+
+# The unauthenticated WAA (5000), QMP (7200) and DevTools (9222) ports may only be opened to
+# the controller's own address or a small range.
+_MIN_PREFIX = {4: 24, 6: 64}
+_OPEN_TO_ALL = {"*", "any", "internet"}
+
+
+def validate_controller_cidr(value: str) -> str:
+    """The normalized CIDR, or ValueError when it is malformed, the whole internet or too wide."""
+    text = value.strip()
+    if text.lower() in _OPEN_TO_ALL:
+        raise ValueError(f"controller_cidr {value!r} would open the VMs to everyone; give your controller's range")
+    try:
+        network = ipaddress.ip_network(text, strict=False)
+    except ValueError as exc:
+        raise ValueError(f"controller_cidr {value!r} is not an IP network such as 203.0.113.7/32: {exc}") from None
+    if network.prefixlen == 0:
+        raise ValueError(
+            f"controller_cidr {value!r} would open the WAA server, QMP monitor and browser to the whole "
+            "internet; give the controller's own address, e.g. 203.0.113.7/32"
+        )
+    minimum = _MIN_PREFIX[network.version]
+    if network.prefixlen < minimum:
+        raise ValueError(
+            f"controller_cidr {value!r} is too wide (/{network.prefixlen}); the VMs' unauthenticated WAA, QMP "
+            f"and DevTools ports may only be opened to /{minimum} or narrower, e.g. 203.0.113.7/32"
+        )
+    return str(network)
 
 
 class ProviderError(RuntimeError):

@@ -35,6 +35,8 @@ from urllib.parse import quote, urlparse, urlunparse
 
 import requests
 
+from adapters.waa.client import error_message
+
 logger = logging.getLogger(__name__)
 
 Browser = Literal["chrome", "edge"]
@@ -110,7 +112,7 @@ class DevToolsClient:
         if response.status_code not in ok_statuses:
             raise DevToolsError(
                 self.base_url,
-                f"{what} ({method} {path}) failed: HTTP {response.status_code}: {_error_message(response)}",
+                f"{what} ({method} {path}) failed: HTTP {response.status_code}: {error_message(response)}",
                 status=response.status_code,
             )
         return response
@@ -193,17 +195,6 @@ class DevToolsClient:
                 logger.info("DevTools at %s not available (attempt %d/%d): %s", self.base_url, attempt + 1, tries, exc)
         raise DevToolsError(self.base_url, f"not reachable after {tries} tries (last error: {last})",
                             status=last.status if last else None)
-
-
-def _error_message(response: requests.Response) -> str:
-    """The server's {"message": ...} when it sent one, else a short body excerpt."""
-    try:
-        body = response.json()
-        if isinstance(body, dict) and body.get("message"):
-            return str(body["message"])[:500]
-    except ValueError:
-        pass
-    return response.text[:200].strip() or response.reason or "no body"
 
 
 # -- tabs ------------------------------------------------------------------------------------

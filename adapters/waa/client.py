@@ -114,7 +114,7 @@ class WAAClient:
                 continue
             if response.status_code in ok_statuses:
                 return response
-            error = WAAHTTPError(route, response.status_code, _error_message(response))
+            error = WAAHTTPError(route, response.status_code, error_message(response))
             if response.status_code >= 500 and idempotent:
                 last_error = error
                 continue
@@ -387,7 +387,7 @@ class WAAClient:
         return self._execute("/setup/execute", command, shell)
 
 
-def _error_message(response: requests.Response) -> str:
+def error_message(response: requests.Response) -> str:
     """The server's own error message when it sent one, else a short body excerpt."""
     try:
         body = response.json()
