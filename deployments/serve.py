@@ -1,22 +1,61 @@
-"""Serve the evaluate-suite flow as a Prefect deployment so runs can be started from the UI.
+"""Serve the pipeline's deployments from this process (no work pool needed).
 
     PREFECT_API_URL=http://127.0.0.1:4200/api python -m deployments.serve
 
-Schedules and model-update triggers are not defined yet; this registers the deployment
-`evaluate-suite/bundled-local` (the bundled suite, scripted agent, local simulation by default;
-every field of SuiteRunConfig can be changed per run in the UI) and serves it until interrupted.
+registers and serves, until interrupted:
+
+    evaluate-suite/bundled-local            on demand (UI, CLI): the bundled suite, scripted agent,
+                                            local simulation; every SuiteRunConfig field can be
+                                            changed per run
+    nightly-baselines/nightly-baselines     every baseline of deployments/baselines.toml, on a
+                                            cron schedule (default "0 2 * * *" UTC)
+    evaluate-model-update/on-model-update   triggered by a `model.updated` event for resource
+                                            "model.<name>": evaluates <name> against a baseline
+
+Settings (environment):
+    ARENA_NIGHTLY_CRON       cron of nightly-baselines (default "0 2 * * *")
+    ARENA_NIGHTLY_TIMEZONE   its IANA time zone (default "UTC"), e.g. "Europe/Berlin"
+    ARENA_BASELINES_FILE     baselines file passed to both baseline deployments
+                             (default deployments/baselines.toml)
+    ARENA_MODEL_BASELINE     baseline a model update is compared with (default scripted-bundled-local)
+    ARENA_SERVE_LIMIT        at most this many flow runs at once in this process (default 1; 0 = no
+                             limit). Runs beyond it wait. The default is 1 because every run keeps its
+                             DuckDB file open for writing, and DuckDB allows one writing process per
+                             file: two runs sharing db_path at the same time would fail.
+
+When this process exits, Prefect pauses the schedules it served (the scheduled nightly runs are
+deleted); serving again re-registers the deployments. For workers on several hosts use
+prefect.yaml instead (docs/deployments.md).
 """
 
 from __future__ import annotations
 
+import os
+
 from prefect import serve
 from prefect.deployments.runner import RunnerDeployment
+from prefect.events import DeploymentEventTrigger
+from prefect.schedules import Cron
 
+from flows.baselines import DEFAULT_BASELINE, DEFAULT_BASELINES_FILE, evaluate_model_update, nightly_baselines
 from flows.evaluate_suite import SuiteRunConfig, evaluate_suite
+from flows.notify import MODEL_UPDATED
+
+DEFAULT_CRON = "0 2 * * *"
+DEFAULT_TIMEZONE = "UTC"
+
+# Parameters of an on-model-update run, rendered by the server from the triggering event: the
+# model is the resource id without its "model." prefix; endpoint and checkpoint come from the
+# payload (null when the payload lacks them).
+MODEL_UPDATE_PARAMETERS = {
+    "model": "{{ event.resource.id[6:] }}",
+    "endpoint": "{{ event.payload.get('endpoint') }}",
+    "checkpoint": "{{ event.payload.get('checkpoint') }}",
+}
 
 
 def build_deployment() -> RunnerDeployment:
-    """The deployment definition, kept out of the flow code."""
+    """The on-demand deployment of the bundled suite (kept out of the flow code)."""
     return evaluate_suite.to_deployment(
         name="bundled-local",
         parameters={"config": SuiteRunConfig().model_dump(mode="json")},
@@ -25,9 +64,47 @@ def build_deployment() -> RunnerDeployment:
     )
 
 
+def build_nightly_deployment() -> RunnerDeployment:
+    cron = os.environ.get("ARENA_NIGHTLY_CRON", DEFAULT_CRON)
+    timezone = os.environ.get("ARENA_NIGHTLY_TIMEZONE", DEFAULT_TIMEZONE)
+    return nightly_baselines.to_deployment(
+        name="nightly-baselines",
+        schedules=[Cron(cron, timezone=timezone)],
+        parameters={"baselines_file": os.environ.get("ARENA_BASELINES_FILE", DEFAULT_BASELINES_FILE)},
+        description=f"Run every baseline of the baselines file ({cron}, {timezone}).",
+        tags=["waa", "baselines"],
+    )
+
+
+def build_model_update_deployment() -> RunnerDeployment:
+    return evaluate_model_update.to_deployment(
+        name="on-model-update",
+        parameters={
+            "baseline": os.environ.get("ARENA_MODEL_BASELINE", DEFAULT_BASELINE),
+            "baselines_file": os.environ.get("ARENA_BASELINES_FILE", DEFAULT_BASELINES_FILE),
+        },
+        triggers=[
+            DeploymentEventTrigger(
+                name="on-model-updated-event",
+                expect={MODEL_UPDATED},
+                match={"prefect.resource.id": "model.*"},
+                parameters=MODEL_UPDATE_PARAMETERS,
+            )
+        ],
+        description="Evaluate a new model (from a model.updated event) against a baseline and compare.",
+        tags=["waa", "model-update"],
+    )
+
+
+def build_deployments() -> list[RunnerDeployment]:
+    """Every deployment this process serves."""
+    return [build_deployment(), build_nightly_deployment(), build_model_update_deployment()]
+
+
 def main() -> None:
-    """Register the deployment and serve it until interrupted."""
-    serve(build_deployment())
+    """Register the deployments and serve them until interrupted."""
+    limit = int(os.environ.get("ARENA_SERVE_LIMIT", "1"))
+    serve(*build_deployments(), limit=limit if limit > 0 else None)
 
 
 if __name__ == "__main__":

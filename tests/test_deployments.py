@@ -1,9 +1,26 @@
-"""The served deployment carries a complete, valid default configuration."""
+"""Deployment definitions, the baselines file and the model-update comparison (no server needed;
+tests/deployments/test_deployments_server.py runs them against a real Prefect server)."""
 
 from __future__ import annotations
 
-from deployments.serve import build_deployment
+from pathlib import Path
+
+import pytest
+
+from deployments.serve import build_deployment, build_deployments
+from flows.baselines import (
+    BaselinesFileError,
+    baseline_config,
+    compare_runs,
+    comparison_markdown,
+    load_baselines,
+    model_update_config,
+    slug,
+)
 from flows.evaluate_suite import SuiteRunConfig
+from flows.notify import model_updated_event
+
+PROJECT = Path(__file__).resolve().parents[1]
 
 
 def test_deployment_defaults_round_trip() -> None:
@@ -12,3 +29,157 @@ def test_deployment_defaults_round_trip() -> None:
     config = SuiteRunConfig.model_validate(deployment.parameters["config"])
     assert config.agent == "scripted" and config.provider == "local"
     assert (config.suite_dir / "test_all.json").exists()
+
+
+def test_build_deployments_schedule_and_trigger(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARENA_NIGHTLY_TIMEZONE", "Europe/Berlin")
+    by_name = {d.name: d for d in build_deployments()}
+    assert set(by_name) == {"bundled-local", "nightly-baselines", "on-model-update"}
+    nightly = by_name["nightly-baselines"]
+    assert nightly.entrypoint == "flows/baselines.py:nightly_baselines"
+    (schedule,) = nightly.schedules
+    assert schedule.schedule.cron == "0 2 * * *" and schedule.schedule.timezone == "Europe/Berlin"
+    on_update = by_name["on-model-update"]
+    (trigger,) = on_update.triggers
+    assert trigger.expect == {"model.updated"}
+    assert trigger.match.model_dump() == {"prefect.resource.id": "model.*"}
+    assert set(trigger.parameters) == {"model", "endpoint", "checkpoint"}
+    assert on_update.parameters["baseline"] == "scripted-bundled-local"
+
+
+def test_model_template_strips_the_resource_prefix() -> None:
+    """The trigger's templates give the flow the model name and the payload fields. The server
+    renders a single-expression template as `{{ expr | tojson }}` and parses the JSON (so a
+    missing payload field becomes None); this renders them the same way."""
+    import json
+
+    from jinja2.sandbox import SandboxedEnvironment
+
+    from deployments.serve import MODEL_UPDATE_PARAMETERS
+
+    event = model_updated_event("org/ckpt-7", "http://h:8000/v1", None)
+    context = {"event": {"resource": {"id": event["resource"]["prefect.resource.id"]}, "payload": event["payload"]}}
+    env = SandboxedEnvironment()
+    rendered = {
+        k: json.loads(env.from_string("{{ " + v.strip()[2:-2].strip() + " | tojson }}").render(context))
+        for k, v in MODEL_UPDATE_PARAMETERS.items()
+    }
+    assert rendered == {"model": "org/ckpt-7", "endpoint": "http://h:8000/v1", "checkpoint": None}
+
+
+def test_shipped_baselines_file_loads() -> None:
+    baselines = load_baselines(PROJECT / "deployments" / "baselines.toml")
+    assert [b.name for b in baselines] == ["scripted-bundled-local"]
+    config = baseline_config(baselines[0], run_id="r1")
+    assert config.agent == "scripted" and config.provider == "local" and config.run_id == "r1"
+    assert (config.suite_dir / "test_all.json").exists()
+
+
+def test_model_update_config_replaces_model_and_endpoint(tmp_path: Path) -> None:
+    file = tmp_path / "b.toml"
+    file.write_text(
+        'version = 1\n[[baselines]]\nname = "q"\nagent = "openai"\n'
+        '[baselines.agent_options]\nmodel = "base"\nbase_url = "http://old/v1"\napi_key_env = "K"\n'
+    )
+    (baseline,) = load_baselines(file)
+    config = model_update_config(baseline, "ckpt-9", "http://new/v1")
+    assert config.agent_options.model == "ckpt-9" and config.agent_options.base_url == "http://new/v1"
+    assert config.agent_options.api_key_env == "K"
+    assert model_update_config(baseline, "ckpt-9").agent_options.base_url == "http://old/v1"
+    assert baseline_config(baseline).agent_options.model == "base"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("version = 2\n[[baselines]]\nname='a'\nagent='scripted'\n", "'version' must be 1"),
+        ("version = 1\n", "no baselines"),
+        ("version = 1\n[[baselines]]\nname = 'a'\nagent = 'gpt'\n", "baseline #1 ('a'): agent: Value error, unknown agent 'gpt'"),
+        ("version = 1\n[[baselines]]\nname = 'A b'\nagent = 'scripted'\n", "baseline #1 ('A b'): name"),
+        ("version = 1\n[[baselines]]\nname = 'a'\nagent = 'scripted'\npool = 3\n", "pool: Extra inputs are not permitted"),
+        ("version = 1\n[[baselines]]\nname = 'a'\nagent = 'scripted'\n[[baselines]]\nname = 'a'\nagent = 'random'\n",
+         "baseline #2 ('a'): duplicate name 'a'"),
+        ("version = 1\n[[baselines]]\nname = 'a'\nagent = 'openai'\n[baselines.agent_options]\nmodle = 'x'\n",
+         "unknown agent option(s) modle"),
+        ("version = 1\n[[baselines]]\nname = 'a'\nagent = 'scripted'\nsuite = 'nowhere'\n", "has no test_all.json"),
+        ("version = 1\n[[baselines]]\nname = 'a'\nagent = 'scripted'\nprovider = 'existing'\nreset_level = 'setup'\n",
+         "needs at least one WAA server URL"),
+        ("version = 1\n[[baselines]\n", "not valid TOML"),
+    ],
+)
+def test_load_baselines_errors_name_file_and_entry(tmp_path: Path, content: str, message: str) -> None:
+    file = tmp_path / "baselines.toml"
+    file.write_text(content)
+    with pytest.raises(BaselinesFileError) as info:
+        load_baselines(file)
+    assert str(file) in str(info.value) and message in str(info.value)
+
+
+def test_load_baselines_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(BaselinesFileError, match="not found"):
+        load_baselines(tmp_path / "absent.toml")
+
+
+def _row(task_id: str, domain: str, success: bool) -> dict:
+    return {"task_id": task_id, "domain": domain, "success": success, "outcome": "success" if success else "agent_failure"}
+
+
+def test_compare_runs_rates_and_flips() -> None:
+    base = [_row("n1", "notepad", True), _row("n2", "notepad", False), _row("s1", "settings", True), _row("old", "vlc", True)]
+    new = [_row("n1", "notepad", True), _row("n2", "notepad", True), _row("s1", "settings", False), _row("x", "chrome", False)]
+    c = compare_runs(base, new, "base-run", "new-run")
+    rows = {d.domain: d for d in c.domains}
+    assert [d.domain for d in c.domains] == ["chrome", "notepad", "settings", "vlc", "ALL"]
+    assert (rows["notepad"].baseline_rate, rows["notepad"].new_rate, rows["notepad"].delta) == (0.5, 1.0, 0.5)
+    assert rows["settings"].delta == -1.0
+    assert rows["vlc"].new_rate is None and rows["vlc"].delta is None
+    assert rows["chrome"].baseline_total == 0 and rows["chrome"].new_rate == 0.0
+    assert (rows["ALL"].baseline_successes, rows["ALL"].baseline_total, rows["ALL"].new_successes) == (3, 4, 2)
+    assert [f.task_id for f in c.fixed] == ["n2"] and [f.task_id for f in c.broken] == ["s1"]
+    assert c.broken[0].new_outcome == "agent_failure"
+    assert c.only_in_baseline == ["old"] and c.only_in_new == ["x"]
+    md = comparison_markdown(c, "ckpt vs base")
+    assert "| notepad | 50.0% (1/2) | 100.0% (2/2) | +50.0 pts |" in md
+    assert "## Broken (succeeded before, fail now): 1" in md and "`s1` (settings)" in md
+
+
+def test_compare_identical_runs_has_no_flips() -> None:
+    rows = [_row("a", "d", True), _row("b", "d", False)]
+    c = compare_runs(rows, rows, "r1", "r2")
+    assert c.fixed == [] and c.broken == [] and c.domains[-1].delta == 0.0
+
+
+def test_artifact_keys_are_lowercase_dashes() -> None:
+    assert slug("Qwen/Qwen2.5-VL_7B") == "qwen-qwen2-5-vl-7b"
+
+
+def test_model_updated_event_format() -> None:
+    event = model_updated_event("ckpt-3", None, "s3://bucket/ckpt-3")
+    assert event == {
+        "event": "model.updated",
+        "resource": {"prefect.resource.id": "model.ckpt-3", "prefect.resource.name": "ckpt-3"},
+        "payload": {"endpoint": None, "checkpoint": "s3://bucket/ckpt-3"},
+    }
+    with pytest.raises(ValueError):
+        model_updated_event(" ", None, None)
+
+
+def test_nightly_baselines_runs_each_and_reports_failures(prefect_server: None, tmp_path: Path) -> None:
+    """Every baseline runs (as its own subflow); a broken one fails the flow at the end without
+    stopping the others."""
+    import duckdb
+
+    from flows.baselines import nightly_baselines
+
+    db = tmp_path / "arena.duckdb"
+    common = f'suite = "bundled"\ntask_ids = ["notepad-append-line"]\npool_size = 1\ndb_path = "{db}"\nartifacts_dir = "{tmp_path / "a"}"\n'
+    file = tmp_path / "baselines.toml"
+    file.write_text(
+        f'version = 1\n[[baselines]]\nname = "broken-http"\nagent = "http"\n{common}'
+        f'[[baselines]]\nname = "scripted-one"\nagent = "scripted"\n{common}'
+    )
+    with pytest.raises(RuntimeError, match="1 of 2 baselines failed: broken-http"):
+        nightly_baselines(str(file))
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute("SELECT agent, status FROM runs").fetchall()
+    assert rows == [("scripted", "completed")]

@@ -1,0 +1,503 @@
+"""Baselines: the versioned list of reference evaluations, the nightly run of all of them, and the
+evaluation of a freshly trained model against one of them.
+
+    deployments/baselines.toml         the baselines (see that file for the format)
+    load_baselines(path)               parse and validate it; errors name the file and the entry
+    baseline_config(baseline)          the SuiteRunConfig a baseline stands for
+    nightly_baselines(baselines_file)  flow: run every baseline (deployment `nightly-baselines`)
+    evaluate_model_update(model, ...)  flow: run a baseline's agent and suite on a new model, then
+                                       compare per-domain success rates with the latest completed
+                                       run of the baseline (deployment `on-model-update`)
+
+Relative paths inside the baselines file (`suite`, `cloud_config`, `agent_options.plans_path`,
+...) are resolved against the directory of the baselines file; `db_path` and `artifacts_dir`,
+like in `arena run`, against the working directory of the process running the flow.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import duckdb
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from adapters.agents import AGENT_NAMES, AgentOptions, build_agent
+from adapters.vms.base import ResetLevel
+from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
+from flows.evaluate_suite import SuiteRunConfig, run_suite
+
+BASELINES_FILE_VERSION = 1
+DEFAULT_BASELINES_FILE = "deployments/baselines.toml"
+DEFAULT_BASELINE = "scripted-bundled-local"
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+class BaselinesFileError(ValueError):
+    """The baselines file is missing or invalid; the message names the file and the entry."""
+
+
+class Baseline(BaseModel):
+    """One reference evaluation: an agent (with its model options) on a suite."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    agent: str
+    agent_options: AgentOptions = Field(default_factory=AgentOptions)
+    suite: Path | Literal["bundled"] = "bundled"
+    difficulty: Literal["normal", "hard"] = "normal"
+    domains: list[str] | None = None
+    task_ids: list[str] | None = None
+    pool_size: int = Field(default=4, ge=1, le=64)
+    provider: Literal["local", "existing", "aws", "azure"] = "local"
+    reset_level: ResetLevel = ResetLevel.SNAPSHOT
+    cloud_config: Path | None = None
+    waa_urls: list[str] = Field(default_factory=list)
+    quirks: bool = False
+    max_steps: int = Field(default=15, ge=1)
+    max_attempts: int = Field(default=3, ge=1)
+    episode_timeout_seconds: float = Field(default=1200.0, gt=0)
+    db_path: Path = Path("results/arena.duckdb")
+    artifacts_dir: Path = Path("results/artifacts")
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("must be lowercase letters, digits and dashes (it names runs and artifacts)")
+        return value
+
+    @field_validator("agent")
+    @classmethod
+    def _known_agent(cls, value: str) -> str:
+        if value not in AGENT_NAMES:
+            raise ValueError(f"unknown agent {value!r}; known agents: {', '.join(AGENT_NAMES)}")
+        return value
+
+    @field_validator("agent_options", mode="before")
+    @classmethod
+    def _known_options(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            unknown = sorted(set(value) - set(AgentOptions.model_fields))
+            if unknown:
+                raise ValueError(
+                    f"unknown agent option(s) {', '.join(unknown)}; known: {', '.join(AgentOptions.model_fields)}"
+                )
+        return value
+
+    def suite_dir(self) -> Path:
+        return bundled_suite_dir() if self.suite == "bundled" else Path(self.suite)
+
+
+def _resolve(path: Path | None, base: Path) -> Path | None:
+    if path is None:
+        return None
+    path = path.expanduser()
+    return path if path.is_absolute() else (base / path).resolve()
+
+
+def resolve_baselines_file(path: str | Path) -> Path:
+    """The baselines file; a relative path that does not exist from the working directory is
+    looked up from the project root (so deployments work whatever directory serves them)."""
+    candidate = Path(path).expanduser()
+    if not candidate.is_absolute() and not candidate.exists() and (PROJECT_ROOT / candidate).exists():
+        candidate = PROJECT_ROOT / candidate
+    return candidate
+
+
+def load_baselines(path: str | Path) -> list[Baseline]:
+    """Read and validate a baselines file. Every error names the file and the offending entry."""
+    file = resolve_baselines_file(path)
+    try:
+        data = tomllib.loads(file.read_text())
+    except FileNotFoundError:
+        raise BaselinesFileError(f"{file}: baselines file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise BaselinesFileError(f"{file}: not valid TOML: {exc}") from None
+    version = data.get("version")
+    if version != BASELINES_FILE_VERSION:
+        raise BaselinesFileError(
+            f"{file}: 'version' must be {BASELINES_FILE_VERSION} (found {version!r}); "
+            "this code reads baselines files of that version only"
+        )
+    unknown = sorted(set(data) - {"version", "baselines"})
+    if unknown:
+        raise BaselinesFileError(f"{file}: unknown top-level key(s) {', '.join(unknown)}")
+    entries = data.get("baselines")
+    if not isinstance(entries, list) or not entries:
+        raise BaselinesFileError(f"{file}: no baselines; add at least one [[baselines]] table")
+    base = file.resolve().parent
+    baselines: list[Baseline] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(entries):
+        label = f"baseline #{index + 1}" + (f" ({entry.get('name')!r})" if isinstance(entry, dict) and entry.get("name") else "")
+        try:
+            baseline = Baseline.model_validate(entry)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '(entry)'}: {err['msg']}" for err in exc.errors()
+            )
+            raise BaselinesFileError(f"{file}: {label}: {problems}") from None
+        if baseline.name in seen:
+            raise BaselinesFileError(f"{file}: {label}: duplicate name {baseline.name!r}")
+        seen.add(baseline.name)
+        options = baseline.agent_options
+        baseline = baseline.model_copy(
+            update={
+                "suite": baseline.suite if baseline.suite == "bundled" else _resolve(Path(baseline.suite), base),
+                "cloud_config": _resolve(baseline.cloud_config, base),
+                "agent_options": options.model_copy(
+                    update={
+                        "plans_path": _resolve(options.plans_path, base),
+                        "prices_path": _resolve(options.prices_path, base),
+                        "demo_library": _resolve(options.demo_library, base),
+                    }
+                ),
+            }
+        )
+        if not (baseline.suite_dir() / "test_all.json").exists():
+            raise BaselinesFileError(f"{file}: {label}: suite {baseline.suite_dir()} has no test_all.json")
+        try:
+            baseline_config(baseline)
+        except ValidationError as exc:
+            problems = "; ".join(err["msg"] for err in exc.errors())
+            raise BaselinesFileError(f"{file}: {label}: {problems}") from None
+        baselines.append(baseline)
+    return baselines
+
+
+def find_baseline(baselines: Iterable[Baseline], name: str, file: str | Path = "") -> Baseline:
+    by_name = {b.name: b for b in baselines}
+    if name not in by_name:
+        raise BaselinesFileError(f"{file}: no baseline named {name!r}; known: {', '.join(by_name)}")
+    return by_name[name]
+
+
+def baseline_config(baseline: Baseline, run_id: str | None = None) -> SuiteRunConfig:
+    """The suite run a baseline stands for."""
+    return SuiteRunConfig(
+        suite_dir=baseline.suite_dir(),
+        difficulty=baseline.difficulty,
+        domains=baseline.domains,
+        task_ids=baseline.task_ids,
+        agent=baseline.agent,
+        agent_options=baseline.agent_options,
+        pool_size=baseline.pool_size,
+        provider=baseline.provider,
+        cloud_config=baseline.cloud_config,
+        quirks=baseline.quirks,
+        waa_urls=baseline.waa_urls,
+        reset_level=baseline.reset_level,
+        max_steps=baseline.max_steps,
+        episode_timeout_seconds=baseline.episode_timeout_seconds,
+        max_attempts=baseline.max_attempts,
+        db_path=baseline.db_path,
+        artifacts_dir=baseline.artifacts_dir,
+        run_id=run_id,
+    )
+
+
+def model_update_config(
+    baseline: Baseline, model: str, endpoint: str | None = None, run_id: str | None = None
+) -> SuiteRunConfig:
+    """The baseline's run with the agent pointed at a new model (and endpoint, when given)."""
+    config = baseline_config(baseline, run_id)
+    update: dict[str, Any] = {"model": model}
+    if endpoint:
+        update["base_url"] = endpoint
+    return config.model_copy(update={"agent_options": config.agent_options.model_copy(update=update)})
+
+
+def slug(text: str) -> str:
+    """Lowercase letters, digits and dashes (Prefect artifact keys allow nothing else)."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
+
+
+# --- comparison (pure) -----------------------------------------------------------------------
+
+
+class DomainComparison(BaseModel):
+    domain: str
+    baseline_total: int
+    baseline_successes: int
+    baseline_rate: float | None
+    new_total: int
+    new_successes: int
+    new_rate: float | None
+    delta: float | None  # new_rate - baseline_rate, when both exist
+
+
+class TaskFlip(BaseModel):
+    task_id: str
+    domain: str
+    baseline_outcome: str
+    new_outcome: str
+
+
+class RunComparison(BaseModel):
+    baseline_run_id: str
+    new_run_id: str
+    domains: list[DomainComparison]  # sorted by domain, plus a final "ALL" row
+    fixed: list[TaskFlip]  # failed in the baseline run, succeeded in the new run
+    broken: list[TaskFlip]  # succeeded in the baseline run, failed in the new run
+    only_in_baseline: list[str]
+    only_in_new: list[str]
+
+
+def _rate(successes: int, total: int) -> float | None:
+    return successes / total if total else None
+
+
+def compare_runs(
+    baseline_rows: Iterable[Mapping[str, Any]],
+    new_rows: Iterable[Mapping[str, Any]],
+    baseline_run_id: str,
+    new_run_id: str,
+) -> RunComparison:
+    """Per-domain success rates of two runs and the tasks whose success flipped.
+
+    Rows are final attempts (one per task) with at least task_id, domain, success and outcome,
+    as in DuckDB's `latest_task_results` view. Each run's rates are over its own tasks; flips
+    are over the tasks both runs have.
+    """
+    base = {r["task_id"]: r for r in baseline_rows}
+    new = {r["task_id"]: r for r in new_rows}
+    domains = sorted({(r.get("domain") or "") for r in (*base.values(), *new.values())})
+
+    def row(domain: str, b: list[Mapping[str, Any]], n: list[Mapping[str, Any]]) -> DomainComparison:
+        b_succ = sum(bool(r["success"]) for r in b)
+        n_succ = sum(bool(r["success"]) for r in n)
+        b_rate, n_rate = _rate(b_succ, len(b)), _rate(n_succ, len(n))
+        return DomainComparison(
+            domain=domain,
+            baseline_total=len(b),
+            baseline_successes=b_succ,
+            baseline_rate=b_rate,
+            new_total=len(n),
+            new_successes=n_succ,
+            new_rate=n_rate,
+            delta=None if b_rate is None or n_rate is None else n_rate - b_rate,
+        )
+
+    per_domain = [
+        row(
+            d,
+            [r for r in base.values() if (r.get("domain") or "") == d],
+            [r for r in new.values() if (r.get("domain") or "") == d],
+        )
+        for d in domains
+    ]
+    per_domain.append(row("ALL", list(base.values()), list(new.values())))
+    fixed: list[TaskFlip] = []
+    broken: list[TaskFlip] = []
+    for task_id in sorted(base.keys() & new.keys()):
+        b, n = base[task_id], new[task_id]
+        if bool(b["success"]) == bool(n["success"]):
+            continue
+        flip = TaskFlip(
+            task_id=task_id,
+            domain=n.get("domain") or b.get("domain") or "",
+            baseline_outcome=str(b.get("outcome", "")),
+            new_outcome=str(n.get("outcome", "")),
+        )
+        (fixed if n["success"] else broken).append(flip)
+    return RunComparison(
+        baseline_run_id=baseline_run_id,
+        new_run_id=new_run_id,
+        domains=per_domain,
+        fixed=fixed,
+        broken=broken,
+        only_in_baseline=sorted(base.keys() - new.keys()),
+        only_in_new=sorted(new.keys() - base.keys()),
+    )
+
+
+def _pct(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{100 * rate:.1f}%"
+
+
+def comparison_markdown(comparison: RunComparison, title: str) -> str:
+    """The comparison as a markdown report (the artifact's body)."""
+    lines = [
+        f"# {title}",
+        "",
+        f"New run `{comparison.new_run_id}` vs baseline run `{comparison.baseline_run_id}` "
+        "(success rate over each task's final attempt).",
+        "",
+        "| domain | baseline | new | change |",
+        "| --- | --- | --- | --- |",
+    ]
+    for d in comparison.domains:
+        change = "n/a" if d.delta is None else f"{100 * d.delta:+.1f} pts"
+        name = f"**{d.domain}**" if d.domain == "ALL" else d.domain
+        lines.append(
+            f"| {name} | {_pct(d.baseline_rate)} ({d.baseline_successes}/{d.baseline_total}) "
+            f"| {_pct(d.new_rate)} ({d.new_successes}/{d.new_total}) | {change} |"
+        )
+    for heading, flips in (("Fixed (failed before, succeed now)", comparison.fixed),
+                           ("Broken (succeeded before, fail now)", comparison.broken)):
+        lines += ["", f"## {heading}: {len(flips)}"]
+        lines += [f"- `{f.task_id}` ({f.domain}): {f.baseline_outcome} -> {f.new_outcome}" for f in flips]
+    if comparison.only_in_baseline or comparison.only_in_new:
+        lines += [
+            "",
+            f"Tasks only in the baseline run: {len(comparison.only_in_baseline)}; "
+            f"only in the new run: {len(comparison.only_in_new)} (not counted as flips).",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+# --- DuckDB reads ----------------------------------------------------------------------------
+
+
+def _connect(db_path: Path) -> duckdb.DuckDBPyConnection:
+    return duckdb.connect(str(Path(db_path).expanduser().resolve()), read_only=True)
+
+
+def final_attempts(db_path: Path, run_id: str) -> list[dict[str, Any]]:
+    """task_id, domain, success, outcome of each task's final attempt in a run."""
+    with _connect(db_path) as con:
+        rows = con.execute(
+            "SELECT task_id, domain, success, outcome FROM latest_task_results WHERE run_id = ? ORDER BY task_id",
+            [run_id],
+        ).fetchall()
+    return [dict(zip(("task_id", "domain", "success", "outcome"), r)) for r in rows]
+
+
+def latest_completed_run(db_path: Path, config: SuiteRunConfig, exclude_run_id: str | None = None) -> str | None:
+    """The most recently finished completed run of the same agent, model, suite (content hash)
+    and provider as `config`, or None (also when the DuckDB file does not exist yet)."""
+    path = Path(db_path).expanduser()
+    if not path.exists():
+        return None
+    model = build_agent(config.agent, config.resolved_agent_options()).config().get("model")
+    suite_hash = WAATaskCatalog(config.suite_dir, difficulty=config.difficulty).content_hash()
+    with _connect(path) as con:
+        row = con.execute(
+            """
+            SELECT run_id FROM runs
+            WHERE status = 'completed' AND agent = ? AND model_id IS NOT DISTINCT FROM ?
+              AND suite_hash = ? AND provider = ? AND run_id <> ?
+            ORDER BY finished_at DESC NULLS LAST LIMIT 1
+            """,
+            [config.agent, model, suite_hash, config.provider, exclude_run_id or ""],
+        ).fetchone()
+    return row[0] if row else None
+
+
+# --- flows -----------------------------------------------------------------------------------
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def _baseline_run_name() -> str:
+    """baseline-model-suite, e.g. `scripted-bundled-local-default-bundled_suite`."""
+    from prefect.runtime import flow_run
+
+    params = flow_run.parameters
+    config = params.get("config")
+    model = _field(_field(config, "agent_options"), "model")
+    suite = Path(str(_field(config, "suite_dir") or "")).name
+    return f"{_field(params.get('baseline'), 'name')}-{model or 'default'}-{suite}"
+
+
+@flow(name="baseline-run", flow_run_name=_baseline_run_name)
+def baseline_run(baseline: Baseline, config: SuiteRunConfig) -> str:
+    """One baseline's (or one model's) suite run, named baseline-model-suite; returns the run id."""
+    outcome = run_suite(config)
+    return outcome.run_id
+
+
+@flow(name="nightly-baselines")
+def nightly_baselines(baselines_file: str = DEFAULT_BASELINES_FILE) -> dict[str, str]:
+    """Run every baseline of the file, one after the other; returns run ids by baseline name.
+
+    A failing baseline does not stop the others; the flow fails at the end if any failed.
+    """
+    logger = get_run_logger()
+    baselines = load_baselines(baselines_file)
+    run_ids: dict[str, str] = {}
+    failed: dict[str, str] = {}
+    for baseline in baselines:
+        try:
+            run_ids[baseline.name] = baseline_run(baseline, baseline_config(baseline))
+        except Exception as exc:  # noqa: BLE001 - reported below, the other baselines still run
+            logger.error("baseline %s failed: %s", baseline.name, exc)
+            failed[baseline.name] = str(exc)
+    logger.info("nightly baselines: %d completed, %d failed", len(run_ids), len(failed))
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {len(baselines)} baselines failed: {', '.join(failed)}")
+    return run_ids
+
+
+def _model_update_run_name() -> str:
+    from prefect.runtime import flow_run
+
+    params = flow_run.parameters
+    return f"model-update-{params.get('model')}-vs-{params.get('baseline', DEFAULT_BASELINE)}"
+
+
+@flow(name="evaluate-model-update", flow_run_name=_model_update_run_name)
+def evaluate_model_update(
+    model: str,
+    endpoint: str | None = None,
+    checkpoint: str | None = None,
+    baseline: str = DEFAULT_BASELINE,
+    baselines_file: str = DEFAULT_BASELINES_FILE,
+    run_baseline_if_missing: bool = True,
+) -> RunComparison:
+    """Evaluate a new model with a baseline's agent and suite, and compare it with the baseline.
+
+    The agent options' `model` (and `base_url`, when `endpoint` is given) are replaced. The
+    comparison is against the latest completed run of the baseline's own configuration in the
+    same DuckDB file; when there is none, the baseline is run first (unless
+    `run_baseline_if_missing` is false, then the flow fails). The comparison is published as
+    the markdown artifact `model-update-<baseline>` (one version per evaluated model).
+    """
+    logger = get_run_logger()
+    file = resolve_baselines_file(baselines_file)
+    chosen = find_baseline(load_baselines(file), baseline, file)
+    reference = baseline_config(chosen)
+    new_config = model_update_config(chosen, model, endpoint)
+    logger.info(
+        "model update: %s (endpoint %s, checkpoint %s) against baseline %s", model, endpoint, checkpoint, chosen.name
+    )
+
+    baseline_run_id = latest_completed_run(reference.db_path, reference)
+    if baseline_run_id is None:
+        if not run_baseline_if_missing:
+            raise RuntimeError(
+                f"no completed run of baseline {chosen.name!r} in {reference.db_path}; run the nightly baselines first"
+            )
+        logger.info("no completed run of baseline %s yet; running it first", chosen.name)
+        baseline_run_id = baseline_run(chosen, reference)
+    else:
+        logger.info("comparing with baseline run %s", baseline_run_id)
+
+    new_run_id = baseline_run(chosen, new_config)
+    comparison = compare_runs(
+        final_attempts(reference.db_path, baseline_run_id),
+        final_attempts(new_config.db_path, new_run_id),
+        baseline_run_id,
+        new_run_id,
+    )
+    title = f"{model} vs baseline {chosen.name}" + (f" (checkpoint {checkpoint})" if checkpoint else "")
+    markdown = comparison_markdown(comparison, title)
+    create_markdown_artifact(
+        key=f"model-update-{slug(chosen.name)}",
+        markdown=markdown,
+        description=f"{model}: per-domain success rates vs baseline {chosen.name}",
+    )
+    logger.info("comparison\n%s", markdown)
+    return comparison

@@ -1,0 +1,51 @@
+"""Tell the Prefect server that a model changed, which starts the `on-model-update` deployment.
+
+    notify_model_updated("qwen7b-ft-003", endpoint="http://gpu-host:8000/v1", checkpoint="s3://ckpt/003")
+
+emits the event
+
+    event:    model.updated
+    resource: {"prefect.resource.id": "model.qwen7b-ft-003", "prefect.resource.name": "qwen7b-ft-003"}
+    payload:  {"endpoint": "http://gpu-host:8000/v1", "checkpoint": "s3://ckpt/003"}
+
+to the server at PREFECT_API_URL. Programs in other languages can POST the same event to the
+server's /api/events (docs/deployments.md has a curl example).
+"""
+
+from __future__ import annotations
+
+from prefect.events import emit_event
+from prefect.events.worker import EventsWorker
+from prefect.settings import PREFECT_API_URL
+
+MODEL_UPDATED = "model.updated"
+
+
+def model_updated_event(model: str, endpoint: str | None, checkpoint: str | None) -> dict:
+    """The event's name, resource and payload (what emit_event sends, and what curl should POST)."""
+    if not model or not model.strip():
+        raise ValueError("model must not be empty")
+    return {
+        "event": MODEL_UPDATED,
+        "resource": {"prefect.resource.id": f"model.{model}", "prefect.resource.name": model},
+        "payload": {"endpoint": endpoint, "checkpoint": checkpoint},
+    }
+
+
+def notify_model_updated(model: str, endpoint: str | None = None, checkpoint: str | None = None) -> str:
+    """Emit `model.updated` for `model` to the Prefect server at PREFECT_API_URL; returns the event id.
+
+    Raises RuntimeError when no server is configured: without PREFECT_API_URL Prefect would send
+    the event to a throwaway ephemeral server, which runs no automations.
+    """
+    if not PREFECT_API_URL.value():
+        raise RuntimeError(
+            "PREFECT_API_URL is not set; point it at the Prefect server that serves the deployments, "
+            "e.g. PREFECT_API_URL=http://127.0.0.1:4200/api"
+        )
+    event = emit_event(**model_updated_event(model, endpoint, checkpoint))
+    if event is None:
+        raise RuntimeError(f"Prefect did not emit the event (is PREFECT_API_URL={PREFECT_API_URL.value()} right?)")
+    # Events are sent by a background worker; wait until it has sent this one before returning.
+    EventsWorker.drain_all(timeout=30, at_exit=False)
+    return str(event.id)

@@ -1,0 +1,275 @@
+"""The deployments against a REAL Prefect server: registration, cron schedule, automation, and a
+`model.updated` event starting an on-model-update run that evaluates and publishes a comparison.
+
+An ephemeral/test-harness server runs no triggers, so this starts `prefect server start` in a
+subprocess (its own PREFECT_HOME, filesystem lease storage) and serves the deployments with
+`python -m deployments.serve` in another one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import requests
+
+PROJECT = Path(__file__).resolve().parents[2]
+PREFECT_BIN = Path(sys.executable).parent / "prefect"
+T = TypeVar("T")
+
+# Two tasks of the bundled suite keep the triggered evaluation short.
+TEST_TASKS = ["notepad-append-line", "settings-notifications-off"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(what: str, fn: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = fn()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - retried until the deadline
+            last_error = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last error: {last_error!r})")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the process group (the server's uvicorn, the runner's flow-run processes), then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    except ProcessLookupError:
+        pass
+
+
+def _tail(path: Path, n: int = 4000) -> str:
+    return path.read_text(errors="replace")[-n:] if path.exists() else ""
+
+
+@pytest.fixture(scope="module")
+def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A real Prefect server and `python -m deployments.serve` against it; yields their settings."""
+    tmp = tmp_path_factory.mktemp("prefect-server")
+    port = _free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    base_env = {
+        k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and not k.startswith("ARENA_")
+    }
+    server_env = {
+        **base_env,
+        "PREFECT_HOME": str(tmp / "server-home"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+    }
+    baselines = tmp / "baselines.toml"
+    baselines.write_text(
+        "version = 1\n\n[[baselines]]\n"
+        'name = "scripted-bundled-local"\nagent = "scripted"\nsuite = "bundled"\n'
+        f"task_ids = {json.dumps(TEST_TASKS)}\n"
+        'pool_size = 2\nprovider = "local"\nreset_level = "snapshot"\n'
+        f'db_path = "{tmp / "arena.duckdb"}"\nartifacts_dir = "{tmp / "artifacts"}"\n'
+    )
+    serve_env = {
+        **base_env,
+        "PREFECT_HOME": str(tmp / "serve-home"),
+        "PREFECT_API_URL": api_url,
+        "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+        "PREFECT_LOGGING_LEVEL": "INFO",
+        "PYTHONPATH": str(PROJECT),
+        "ARENA_BASELINES_FILE": str(baselines),
+        "ARENA_NIGHTLY_TIMEZONE": "Europe/Berlin",
+    }
+    server_log, serve_log = tmp / "server.log", tmp / "serve.log"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        with server_log.open("wb") as out:
+            procs.append(
+                subprocess.Popen(
+                    [str(PREFECT_BIN), "server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui"],
+                    env=server_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                )
+            )
+        try:
+            _wait_for("the server's /api/health", lambda: requests.get(f"{api_url}/health", timeout=2).ok, 90)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\nserver log:\n{_tail(server_log)}") from None
+        with serve_log.open("wb") as out:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "deployments.serve"],
+                    cwd=PROJECT, env=serve_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                )
+            )
+        yield {"api_url": api_url, "tmp": tmp, "serve_log": serve_log, "server_log": server_log, "procs": procs}
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+
+
+@pytest.fixture()
+def client(prefect_api: dict[str, Any]) -> Iterator[Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: prefect_api["api_url"]}):
+        with get_client(sync_client=True) as c:
+            yield c
+
+
+def _deployment(client: Any, name: str) -> Any:
+    from prefect.exceptions import ObjectNotFound
+
+    try:
+        return client.read_deployment_by_name(name)
+    except ObjectNotFound:
+        return None
+
+
+def test_deployments_schedule_trigger_and_event_run(prefect_api: dict[str, Any], client: Any) -> None:
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+    from prefect.client.schemas.objects import StateType
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.notify import notify_model_updated
+
+    # 1. serve registered the three deployments.
+    try:
+        on_update = _wait_for(
+            "deployment evaluate-model-update/on-model-update",
+            lambda: _deployment(client, "evaluate-model-update/on-model-update"),
+            60,
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nserve log:\n{_tail(prefect_api['serve_log'])}") from None
+    bundled = _deployment(client, "evaluate-suite/bundled-local")
+    nightly = _deployment(client, "nightly-baselines/nightly-baselines")
+    assert bundled is not None and nightly is not None
+
+    # 2. The nightly cron schedule, in the configured time zone.
+    assert len(nightly.schedules) == 1
+    schedule = nightly.schedules[0]
+    assert schedule.active
+    assert schedule.schedule.cron == "0 2 * * *" and schedule.schedule.timezone == "Europe/Berlin"
+    assert nightly.parameters["baselines_file"].endswith("baselines.toml")
+
+    # 3. The automation that runs on-model-update on model.updated events.
+    def automation() -> Any:
+        for a in client.read_automations():
+            if any(getattr(action, "deployment_id", None) == on_update.id for action in a.actions):
+                return a
+        return None
+
+    auto = _wait_for("the on-model-update automation", automation, 30)
+    assert auto.enabled
+    assert auto.trigger.expect == {"model.updated"}
+    assert auto.trigger.match.model_dump() == {"prefect.resource.id": "model.*"}
+
+    # 4. A model.updated event creates a flow run of on-model-update with templated parameters.
+    with temporary_settings({PREFECT_API_URL: prefect_api["api_url"]}):
+        event_id = notify_model_updated("test-ckpt-1", endpoint="http://gpu-host:8000/v1", checkpoint=None)
+    assert event_id
+
+    def triggered_run() -> Any:
+        runs = client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[on_update.id])))
+        return next((r for r in runs if r.parameters.get("model") == "test-ckpt-1"), None)
+
+    try:
+        run = _wait_for("a flow run of on-model-update for model test-ckpt-1", triggered_run, 60)
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}\nserve log:\n{_tail(prefect_api['serve_log'])}\nserver log:\n{_tail(prefect_api['server_log'])}"
+        ) from None
+    assert run.parameters["endpoint"] == "http://gpu-host:8000/v1"
+    assert run.parameters["checkpoint"] is None
+    assert run.parameters["baseline"] == "scripted-bundled-local"
+    assert run.parameters["baselines_file"].endswith("baselines.toml")
+
+    # 5. The served runner picks it up, runs baseline and new model on two tasks, and publishes
+    #    the comparison artifact.
+    def finished() -> Any:
+        state = client.read_flow_run(run.id).state
+        return state if state is not None and state.is_final() else None
+
+    try:
+        state = _wait_for("the on-model-update run to finish", finished, 90)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nserve log:\n{_tail(prefect_api['serve_log'])}") from None
+    assert state.type == StateType.COMPLETED, f"{state}\nserve log:\n{_tail(prefect_api['serve_log'])}"
+    artifact = client.read_latest_artifacts()
+    markdown = [a for a in artifact if a.key == "model-update-scripted-bundled-local"]
+    assert markdown, [a.key for a in artifact]
+    assert "test-ckpt-1" in markdown[0].data and "| **ALL** | 100.0% (2/2) | 100.0% (2/2) |" in markdown[0].data
+
+    # 6. The same event POSTed as plain JSON to /api/events (what docs/deployments.md shows for
+    #    curl) also starts a run.
+    import uuid
+    from datetime import datetime, timezone
+
+    body = [{
+        "id": str(uuid.uuid4()),
+        "occurred": datetime.now(timezone.utc).isoformat(),
+        "event": "model.updated",
+        "resource": {"prefect.resource.id": "model.test-ckpt-2"},
+        "payload": {"endpoint": "http://gpu-host:8001/v1", "checkpoint": "s3://ckpts/2"},
+    }]
+    assert requests.post(f"{prefect_api['api_url']}/events", json=body, timeout=10).status_code == 204
+
+    def curl_run() -> Any:
+        runs = client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[on_update.id])))
+        return next((r for r in runs if r.parameters.get("model") == "test-ckpt-2"), None)
+
+    second = _wait_for("a flow run of on-model-update for model test-ckpt-2", curl_run, 60)
+    assert second.parameters["checkpoint"] == "s3://ckpts/2"
+
+
+def test_prefect_yaml_deploys_to_a_work_pool(prefect_api: dict[str, Any], client: Any) -> None:
+    """`prefect deploy --all` with prefect.yaml registers the same deployments on a process work
+    pool, with the cron schedule, the event trigger and a pull step resolved on each worker."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")},
+        "PREFECT_HOME": str(prefect_api["tmp"] / "deploy-home"),
+        "PREFECT_API_URL": prefect_api["api_url"],
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+    }
+    prefect = [str(PREFECT_BIN), "--no-prompt"]
+    for args in (["work-pool", "create", "waa-controllers", "--type", "process"], ["deploy", "--all"]):
+        done = subprocess.run([*prefect, *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, f"prefect {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+    names = ["evaluate-suite/bundled-local", "nightly-baselines/nightly-baselines", "evaluate-model-update/on-model-update"]
+    deployments = {n: client.read_deployment_by_name(n) for n in names}
+    assert all(d.work_pool_name == "waa-controllers" for d in deployments.values())
+    (schedule,) = deployments["nightly-baselines/nightly-baselines"].schedules
+    assert schedule.schedule.cron == "0 2 * * *" and schedule.schedule.timezone == "UTC"
+    on_update = deployments["evaluate-model-update/on-model-update"]
+    assert on_update.pull_steps == [
+        {"prefect.deployments.steps.set_working_directory": {"directory": "{{ $ARENA_PROJECT_DIR }}"}}
+    ]
+    automations = [
+        a for a in client.read_automations()
+        if any(getattr(action, "deployment_id", None) == on_update.id for action in a.actions)
+    ]
+    assert automations and automations[-1].trigger.expect == {"model.updated"}
+    assert automations[-1].actions[0].parameters["model"] == "{{ event.resource.id[6:] }}"
