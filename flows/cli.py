@@ -5,6 +5,7 @@
     arena tasks coverage --waa-dir D   which tasks this product can run and score
     arena probe URL                check a WAA server layer by layer
     arena janitor [--dry-run]      delete expired cloud resources this product created
+    arena notify model-updated M   announce a new model or checkpoint (starts its evaluation)
 """
 
 from __future__ import annotations
@@ -110,6 +111,17 @@ def _tasks_coverage(args: argparse.Namespace) -> int:
     return 0 if all(c.supported for c in coverages) else 1
 
 
+def _notify_model_updated(args: argparse.Namespace) -> int:
+    from flows.notify import notify_model_updated
+
+    try:
+        print(notify_model_updated(args.model, endpoint=args.endpoint, checkpoint=args.checkpoint))
+    except RuntimeError as exc:  # no server configured: a usage problem, not a crash
+        print(f"arena: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _janitor(args: argparse.Namespace) -> int:
     from flows.janitor import janitor
 
@@ -169,6 +181,14 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("url", help="the WAA server, e.g. http://127.0.0.1:5000")
     probe.add_argument("--wait", type=float, default=0.0, help="seconds to wait for the server to become ready")
     probe.set_defaults(func=_probe)
+
+    notify = sub.add_parser("notify", help="send events to the Prefect server (needs PREFECT_API_URL)")
+    notify_sub = notify.add_subparsers(dest="notify_command", required=True)
+    updated = notify_sub.add_parser("model-updated", help="emit model.updated: starts the on-model-update deployment")
+    updated.add_argument("model", help="model name or checkpoint id (becomes resource model.<model>)")
+    updated.add_argument("--endpoint", help="OpenAI-compatible base URL serving the model")
+    updated.add_argument("--checkpoint", help="checkpoint path or URI (recorded with the run)")
+    updated.set_defaults(func=_notify_model_updated)
 
     janitor = sub.add_parser("janitor", help="delete expired cloud resources this product created")
     janitor.add_argument("--provider", action="append", choices=["aws", "azure"])
