@@ -57,6 +57,9 @@ class EpisodeOutcome:
     agent_seconds: float = 0.0
     env_seconds: float = 0.0
     usage: ModelUsage = field(default_factory=ModelUsage)
+    # True when an infrastructure error came from the agent's backend (model endpoint down or
+    # throttling), not from the VM: the attempt is retried, but the VM need not be replaced.
+    agent_backend_failed: bool = False
 
 
 # Raw model replies are kept in results for diagnosis, up to this many characters.
@@ -93,6 +96,7 @@ def run_episode(
                 outcome.agent_seconds += time.monotonic() - t0
                 outcome.final_outcome = OutcomeKind.INFRASTRUCTURE_ERROR
                 outcome.error = f"agent {agent.name} backend failed: {exc}"
+                outcome.agent_backend_failed = True
                 return outcome
             except UnparseableReplyError as exc:
                 outcome.agent_seconds += time.monotonic() - t0

@@ -3,13 +3,30 @@
 This is orchestration: it orders the stage tasks, times them and turns whatever goes wrong into
 exactly one BenchmarkResult whose outcome says whose fault it was. It never raises for a task's
 trouble, so one bad task cannot lose another's result.
+
+Stage wall-clock limits. Prefect task timeouts cannot interrupt a thread blocked in a network call
+(notes/prefect.md), so every stage's blocking call runs in a daemon worker thread joined with the
+stage's limit (`AttemptContext.stage_timeouts`, defaults in DEFAULT_STAGE_TIMEOUTS). When the limit
+passes, the attempt ends at once as OutcomeKind.TIMEOUT naming the stage and the limit, and the VM
+is marked unhealthy so the pool deletes and replaces it. The stuck thread is *abandoned*, not
+killed (Python cannot kill a thread): deleting the VM normally breaks its connection so it ends
+soon after; until then it may still hold the adapter's HTTP session, and its Prefect stage task
+run stays "Running" in the UI. An abandoned reset at level "reboot" could still start a process
+after the pool replaced the VM (it would be a leak on a provider without per-VM cleanup).
+
+The episode keeps its soft limit (EpisodeLimits.wall_clock_seconds, checked between steps, which
+keeps the steps played so far); the hard limit of the episode stage defaults to that limit plus
+EPISODE_HARD_LIMIT_GRACE seconds and only fires when a step blocks. A hard-limit timeout records
+no steps (they die with the abandoned thread).
 """
 
 from __future__ import annotations
 
+import contextvars
+import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from typing import Any, TypeVar
@@ -30,6 +47,64 @@ from tasks.setup import setup_task
 
 T = TypeVar("T")
 
+STAGES: tuple[str, ...] = ("reset", "setup", "episode", "evaluate")
+# Hard wall-clock limits per stage, in seconds. Real VMs: a snapshot reset or a slow setup step
+# (downloads, app launches) can take minutes; evaluation may fetch files and walk the tree.
+DEFAULT_STAGE_TIMEOUTS: dict[str, float] = {"reset": 600.0, "setup": 900.0, "evaluate": 900.0}
+# Without an explicit "episode" limit, the episode stage's hard limit is the soft limit plus this.
+EPISODE_HARD_LIMIT_GRACE = 30.0
+
+
+class StageTimeout(Exception):
+    """A stage did not return within its wall-clock limit (its worker thread was abandoned)."""
+
+    def __init__(self, stage: str, limit: float) -> None:
+        super().__init__(
+            f"{stage} stage exceeded its wall-clock limit of {limit:g} s "
+            "(blocked; VM marked unhealthy, worker thread abandoned)"
+        )
+        self.stage = stage
+        self.limit = limit
+
+
+def run_with_deadline(stage: str, limit: float | None, fn: Callable[..., T], *args: Any) -> T:
+    """Call fn(*args) in a daemon worker thread; raise StageTimeout if it has not returned in time.
+
+    The thread runs in a copy of the caller's context, so Prefect sees a stage task called inside
+    the current flow/task run as its child. On a timeout the thread keeps running, abandoned.
+    """
+    if limit is None:
+        return fn(*args)
+    context = contextvars.copy_context()
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box["value"] = context.run(fn, *args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name=f"stage-{stage}", daemon=True).start()
+    if not done.wait(limit):
+        raise StageTimeout(stage, limit)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def validate_stage_timeouts(timeouts: Mapping[str, float]) -> dict[str, float]:
+    """The given limits, checked: known stage names and positive numbers only."""
+    unknown = sorted(set(timeouts) - set(STAGES))
+    if unknown:
+        raise ValueError(f"unknown stage(s) {unknown} in stage timeouts; known: {list(STAGES)}")
+    bad = {k: v for k, v in timeouts.items() if not v > 0}
+    if bad:
+        raise ValueError(f"stage timeouts must be positive seconds, got {bad}")
+    return {k: float(v) for k, v in timeouts.items()}
+
 
 @dataclass(frozen=True)
 class AttemptContext:
@@ -43,10 +118,21 @@ class AttemptContext:
     cache_dir: Path
     artifacts_dir: Path
     adapter_settings: LiveAdapterSettings
+    # Hard wall-clock limit per stage (reset, setup, episode, evaluate); missing stages use
+    # DEFAULT_STAGE_TIMEOUTS, and the episode its soft limit + EPISODE_HARD_LIMIT_GRACE.
+    stage_timeouts: Mapping[str, float] = field(default_factory=dict)
+
+    def stage_limit(self, stage: str) -> float:
+        if stage in self.stage_timeouts:
+            return float(self.stage_timeouts[stage])
+        if stage == "episode":
+            return self.limits.wall_clock_seconds + EPISODE_HARD_LIMIT_GRACE
+        return DEFAULT_STAGE_TIMEOUTS[stage]
 
 
 def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt: int) -> BenchmarkResult:
-    """Run every stage once on `vm`; marks the VM unhealthy on infrastructure trouble."""
+    """Run every stage once on `vm`, each within its wall-clock limit; marks the VM unhealthy on
+    infrastructure trouble of the VM (not of the agent's model endpoint) and on a stage timeout."""
     timings: dict[str, float] = {}
     started = time.monotonic()
 
@@ -58,8 +144,10 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
         steps: Sequence[StepRecord] | None = None,
         usage: ModelUsage | None = None,
         agent: dict[str, Any] | None = None,
+        unhealthy: bool = False,
+        vm_ok: bool = False,
     ) -> BenchmarkResult:
-        if outcome is OutcomeKind.INFRASTRUCTURE_ERROR:
+        if (outcome is OutcomeKind.INFRASTRUCTURE_ERROR and not vm_ok) or unhealthy:
             vm.healthy = False
         data = base.model_dump() if base is not None else {}
         data.update(
@@ -84,7 +172,7 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
     def timed(stage: str, fn: Callable[..., T], *args: Any) -> T:
         t0 = time.monotonic()
         try:
-            return fn(*args)
+            return run_with_deadline(stage, ctx.stage_limit(stage), fn, *args)
         finally:
             timings[stage] = time.monotonic() - t0
 
@@ -92,6 +180,8 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
         timed("reset", reset_vm, ctx.provider, vm, ctx.reset_level, task)
     except (ProviderError, WAAError) as exc:
         return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=f"reset ({ctx.reset_level.value}) failed: {exc}")
+    except StageTimeout as exc:
+        return finish(OutcomeKind.TIMEOUT, error=str(exc), unhealthy=True)
 
     adapter = WAALiveAdapter(
         WAAClient(vm.base_url), ctx.catalog, ctx.cache_dir, ctx.adapter_settings, devtools_url=vm.devtools_url
@@ -112,11 +202,18 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
         timings["env"] = episode.env_seconds
         if episode.final_outcome is not None:
             return finish(
-                episode.final_outcome, error=episode.error, steps=episode.steps, usage=episode.usage, agent=agent_details
+                episode.final_outcome,
+                error=episode.error,
+                steps=episode.steps,
+                usage=episode.usage,
+                agent=agent_details,
+                vm_ok=episode.agent_backend_failed,  # the model endpoint failed, not the VM
             )
 
         evaluation = timed("evaluate", evaluate_state, adapter, task)
         return finish(evaluation.outcome, base=evaluation, steps=episode.steps, usage=episode.usage, agent=agent_details)
+    except StageTimeout as exc:
+        return finish(OutcomeKind.TIMEOUT, error=str(exc), unhealthy=True)
     except Exception as exc:  # noqa: BLE001 - an unforeseen failure still yields one result
         return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=f"unexpected {type(exc).__name__}: {exc}")
     finally:

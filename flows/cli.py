@@ -59,12 +59,21 @@ def _run(args: argparse.Namespace) -> int:
             "quirks": args.quirks or None,
             "provider": args.provider,
             "cloud_config": args.cloud_config,
+            "max_wall_seconds": args.max_wall_seconds,
+            "max_cost_usd": args.max_cost,
+            "max_tokens": args.max_tokens,
+            "vm_hour_price_usd": args.vm_hour_price,
+            "stage_timeouts": dict(
+                (k, float(v)) for k, v in (t.split("=", 1) for t in args.stage_timeout)
+            ) if args.stage_timeout else None,
             **({"provider": "existing", "waa_urls": args.waa_url, "pool_size": len(args.waa_url)} if args.waa_url else {}),
         }.items() if v is not None}
     )
     build_agent(config.agent, config.resolved_agent_options())  # fail fast, before Prefect starts
     outcome = run_suite(config)
     print("\n" + outcome.table)
+    if outcome.status != "completed":
+        print(f"\nRun status: {outcome.status} (rerun with --run-id {outcome.run_id} to finish it)")
     print(f"\nResults: {outcome.db_path.resolve()} (run_id {outcome.run_id!r})")
     print(f"Screenshots: {(config.artifacts_dir / outcome.run_id).resolve()}")
     return 0
@@ -169,6 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--run-id", help="resume or name a run")
     run.add_argument("--quirks", action="store_true", help="local VMs reproduce a real WAA server's quirks")
     run.add_argument("--provider", choices=["local", "aws", "azure"], help="where the VMs come from (default local)")
+    run.add_argument("--max-wall-seconds", type=float, help="budget: start no new task after this long")
+    run.add_argument("--max-cost", type=float, help="budget in USD: model cost plus VM-hours x --vm-hour-price")
+    run.add_argument("--max-tokens", type=int, help="budget: model tokens")
+    run.add_argument("--vm-hour-price", type=float, help="USD per VM-hour, for cost and the budget")
+    run.add_argument(
+        "--stage-timeout", action="append", help="STAGE=SECONDS wall-clock limit for reset/setup/episode/evaluate"
+    )
     run.add_argument("--cloud-config", type=Path, help="cloud settings TOML for aws/azure (default $ARENA_CONFIG)")
     run.add_argument(
         "--waa-url",

@@ -11,12 +11,32 @@ The slots are taken in one call, not per task or per lane: on Prefect's SQLite b
 concurrent slot increments fail with "database is locked" and the client retries them after a
 fixed 2 s back-off, which cost about 2 s per task and left lanes idle for up to 10 s on the
 bundled suite (measured with prefect 3.8.8).
+
+Hardening (see also flows/attempt.py for per-stage wall-clock limits):
+
+* Retries: only infrastructure errors are retried, on another VM (the pool replaces the failed
+  one), up to `max_attempts` attempts per invocation. Attempt numbers continue from the ones
+  already stored, so a resumed run never overwrites an earlier attempt. Every attempt is
+  recorded; summaries count the last attempt of each task.
+* Budget: `max_wall_seconds`, `max_cost_usd` (model cost from the results' usage plus VM-hours
+  times `vm_hour_price_usd`) and `max_tokens`. Once one is reached, lanes take no new task and
+  start no retry; tasks already running finish. The run ends with status "budget_exhausted".
+* Completeness: the summary (terminal table, table and markdown artifacts, `RunOutcome`) says
+  how many selected tasks have no final result. A run with some is "incomplete" (or
+  "budget_exhausted"), never "completed".
+* Progress: a Prefect progress artifact (key `waa-run-progress`) and a side file
+  `<artifacts_dir>/<run_id>/progress.json`, both updated as attempts are recorded. The side file
+  is there because the DuckDB file is locked by the running controller (another process cannot
+  even open it read-only), so it is how a watcher follows a run from outside.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import queue
 import subprocess
+import threading
 import time
 import tempfile
 import uuid
@@ -26,14 +46,20 @@ from pathlib import Path
 from typing import Any, Iterator, Literal
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_table_artifact
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 from prefect.concurrency.sync import concurrency
 from prefect.context import get_run_context
+from prefect.exceptions import ObjectNotFound
 from prefect.task_runners import ThreadPoolTaskRunner
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from adapters.agents import AgentOptions, build_agent
 from adapters.benchmark import BenchmarkResult, BenchmarkTask, OutcomeKind
@@ -47,8 +73,8 @@ from adapters.vms.local import LocalSimulationProvider
 from adapters.vms.pool import VMPool
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from adapters.waa.live import LiveAdapterSettings
-from flows.attempt import AttemptContext, run_attempt
-from flows.summary import format_summary, summary_rows
+from flows.attempt import DEFAULT_STAGE_TIMEOUTS, AttemptContext, run_attempt, validate_stage_timeouts
+from flows.summary import RunCompleteness, format_summary, summary_markdown, summary_rows
 from tasks.provision import provision_pool
 from tasks.record import record_result
 
@@ -66,11 +92,26 @@ class SuiteRunConfig(BaseModel):
     provider: Literal["local", "existing", "aws", "azure"] = "local"
     cloud_config: Path | None = None  # aws/azure: TOML settings file (else $ARENA_CONFIG / ./arena.toml)
     quirks: bool = False  # local provider: reproduce a real WAA server's quirks
+    # local provider with quirks: override quirks-mode knobs (adapters/waa/localenv/quirks.py)
+    quirk_settings: dict[str, Any] | None = None
     waa_urls: list[str] = Field(default_factory=list)  # existing provider: one server per pool slot
     reset_level: ResetLevel = ResetLevel.SNAPSHOT
     max_steps: int = Field(default=15, ge=1)
     episode_timeout_seconds: float = Field(default=1200.0, gt=0)
+    # Hard wall-clock limit per stage (reset, setup, episode, evaluate), enforced in our code
+    # (flows/attempt.py); a stage past its limit ends the attempt as "timeout" and its VM is
+    # replaced. "episode" defaults to episode_timeout_seconds + 30 s (the soft limit is checked
+    # between steps; the hard one catches a step blocked in a call).
+    stage_timeouts: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_STAGE_TIMEOUTS))
     max_attempts: int = Field(default=3, ge=1)
+    # Run budget (None = unlimited). When one is reached, lanes take no new task and start no
+    # retry; the run ends with status "budget_exhausted". Cost = the results' model cost +
+    # VM-hours of the pool * vm_hour_price_usd. Cost and tokens include earlier invocations of a
+    # resumed run (their VM cost from recorded vm_seconds); wall seconds count this invocation.
+    max_wall_seconds: float | None = Field(default=None, gt=0)
+    max_cost_usd: float | None = Field(default=None, ge=0)
+    max_tokens: int | None = Field(default=None, ge=0)
+    vm_hour_price_usd: float = Field(default=0.0, ge=0)
     # Pause after each action before observing; None = the provider's default (3 s on real VMs,
     # 0 on the simulation). Benchmarks use it to simulate per-step latency.
     settle_seconds: float | None = Field(default=None, ge=0)
@@ -78,8 +119,15 @@ class SuiteRunConfig(BaseModel):
     artifacts_dir: Path = Path("results/artifacts")
     run_id: str | None = None
 
+    @field_validator("stage_timeouts")
+    @classmethod
+    def _known_stages(cls, value: dict[str, float]) -> dict[str, float]:
+        return validate_stage_timeouts(value)
+
     @model_validator(mode="after")
     def _provider_fits(self) -> SuiteRunConfig:
+        if self.quirk_settings is not None and not (self.provider == "local" and self.quirks):
+            raise ValueError("quirk_settings need provider 'local' with quirks=True")
         if self.provider == "existing":
             if not self.waa_urls:
                 raise ValueError("provider 'existing' needs at least one WAA server URL (waa_urls)")
@@ -100,8 +148,142 @@ class SuiteRunConfig(BaseModel):
 class RunOutcome(BaseModel):
     run_id: str
     db_path: Path
-    results: list[BenchmarkResult]
+    results: list[BenchmarkResult]  # the last attempt of each task run by this invocation
     table: str
+    status: str = "completed"
+    completeness: RunCompleteness | None = None
+
+
+class RunBudget:
+    """The run's spending so far, shared by the lanes; `exhausted()` says whether to stop.
+
+    Once a limit is reached the reason sticks: the run stays stopped even if, say, a later
+    reading would differ.
+    """
+
+    def __init__(self, config: SuiteRunConfig, *, prior_cost_usd: float = 0.0, prior_tokens: int = 0) -> None:
+        self.config = config
+        self.started = time.monotonic()
+        self.model_cost_usd = prior_cost_usd
+        self.tokens = prior_tokens
+        self.pool: VMPool | None = None
+        self.reason: str | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_run(cls, config: SuiteRunConfig, store: ResultStore, run_id: str) -> RunBudget:
+        """A budget that counts the cost and tokens of the run's attempts already stored."""
+        cost, tokens = 0.0, 0
+        for row in store.results(run_id):
+            cost += row.get("cost_usd") or 0.0
+            cost += (row.get("vm_seconds") or 0.0) / 3600.0 * config.vm_hour_price_usd
+            tokens += (row.get("input_tokens") or 0) + (row.get("output_tokens") or 0)
+        return cls(config, prior_cost_usd=cost, prior_tokens=tokens)
+
+    def add(self, result: BenchmarkResult) -> None:
+        usage = result.usage
+        if usage is None:
+            return
+        with self._lock:
+            self.model_cost_usd += usage.cost_usd
+            self.tokens += usage.input_tokens + usage.output_tokens
+
+    def cost_usd(self) -> float:
+        vm_seconds = self.pool.usage.billed_seconds() if self.pool is not None else 0.0
+        return self.model_cost_usd + vm_seconds / 3600.0 * self.config.vm_hour_price_usd
+
+    def exhausted(self) -> str | None:
+        """Why the run must stop taking work, or None while it is within budget."""
+        with self._lock:
+            if self.reason is not None:
+                return self.reason
+            c = self.config
+            elapsed = time.monotonic() - self.started
+            cost = self.cost_usd()
+            if c.max_wall_seconds is not None and elapsed >= c.max_wall_seconds:
+                self.reason = f"wall-clock budget of {c.max_wall_seconds:g} s reached ({elapsed:.1f} s)"
+            elif c.max_cost_usd is not None and cost >= c.max_cost_usd:
+                self.reason = f"cost budget of ${c.max_cost_usd:g} reached (${cost:.4f})"
+            elif c.max_tokens is not None and self.tokens >= c.max_tokens:
+                self.reason = f"token budget of {c.max_tokens} reached ({self.tokens})"
+            return self.reason
+
+
+class RunProgress:
+    """Final results so far, shown as a Prefect progress artifact and a side file.
+
+    Artifact API failures are logged, never raised: progress reporting must not fail a run.
+    """
+
+    ARTIFACT_KEY = "waa-run-progress"
+
+    def __init__(self, run_id: str, selected: int, final: int, side_file: Path | None) -> None:
+        self.run_id = run_id
+        self.selected = selected
+        self.final = final
+        self.attempts = 0
+        self.side_file = side_file
+        self.status = "running"
+        self._lock = threading.Lock()
+        self._artifact_id: Any = None
+        try:
+            self._artifact_id = create_progress_artifact(
+                progress=self._percent(), key=self.ARTIFACT_KEY, description=self._description()
+            )
+        except Exception as exc:  # noqa: BLE001 - see class docstring
+            _warn(f"progress artifact not created: {exc}")
+        self._write_side_file()
+
+    def _percent(self) -> float:
+        return 100.0 * self.final / self.selected if self.selected else 100.0
+
+    def _description(self) -> str:
+        return f"WAA run {self.run_id}: {self.final}/{self.selected} tasks have a final result"
+
+    def recorded(self, result: BenchmarkResult) -> None:
+        """Count one recorded attempt (and one more final result if its outcome is final)."""
+        with self._lock:
+            self.attempts += 1
+            if not result.outcome.is_retryable:
+                self.final += 1
+            percent, description = self._percent(), self._description()
+            self._write_side_file()
+        if self._artifact_id is not None and not result.outcome.is_retryable:
+            try:
+                update_progress_artifact(self._artifact_id, progress=percent, description=description)
+            except Exception as exc:  # noqa: BLE001 - see class docstring
+                _warn(f"progress artifact not updated: {exc}")
+
+    def finish(self, status: str) -> None:
+        with self._lock:
+            self.status = status
+            self._write_side_file()
+
+    def _write_side_file(self) -> None:
+        if self.side_file is None:
+            return
+        data = {
+            "run_id": self.run_id,
+            "status": self.status,
+            "selected": self.selected,
+            "final": self.final,
+            "attempts_recorded": self.attempts,
+            "updated_at": datetime.now(timezone.utc).isoformat(),
+        }
+        try:
+            self.side_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.side_file.with_name(self.side_file.name + f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, self.side_file)
+        except OSError as exc:
+            _warn(f"progress file {self.side_file} not written: {exc}")
+
+
+def _warn(message: str) -> None:
+    try:
+        get_run_logger().warning(message)
+    except Exception:  # noqa: BLE001 - no run context (e.g. called outside a flow)
+        pass
 
 
 def _provider(config: SuiteRunConfig, run_id: str) -> VMProvider:
@@ -110,7 +292,16 @@ def _provider(config: SuiteRunConfig, run_id: str) -> VMProvider:
         return ExistingServersProvider(config.waa_urls)
     if config.provider in ("aws", "azure"):
         return build_cloud_provider(config.provider, load_cloud_settings(config.cloud_config), run_id)
-    return LocalSimulationProvider(quirks=config.quirks)
+    return LocalSimulationProvider(quirks=config.quirks, quirk_settings=config.quirk_settings)
+
+
+def _flow_run_name() -> str:
+    """Runs are named by agent, model and suite in the Prefect UI, e.g. waa-openai-qwen-ft-3-bundled_suite."""
+    from prefect.runtime import flow_run
+
+    config = SuiteRunConfig.model_validate(flow_run.parameters["config"])
+    model = f"-{config.agent_options.model}" if config.agent_options.model else ""
+    return f"waa-{config.agent}{model}-{Path(config.suite_dir).name}-{config.provider}"
 
 
 def _delete_run_resources(flow: Any, flow_run: Any, state: Any) -> None:
@@ -150,8 +341,18 @@ def _code_revision() -> str | None:
 
 @contextmanager
 def _pool_concurrency_limit(name: str, size: int) -> Iterator[str]:
-    """A global concurrency limit sized to the pool for this run; removed when the run ends."""
+    """A global concurrency limit sized to the pool for this run; removed when the run ends.
+
+    A controller killed mid-run (SIGKILL) leaves its limit behind with its slots still taken; a
+    resumed run (same run id, same name) would then wait forever for them, so a leftover limit
+    of that name is deleted first. The name holds the run id, so no other run uses it.
+    """
     with get_client(sync_client=True) as client:
+        try:
+            client.delete_global_concurrency_limit_by_name(name)
+            _warn(f"deleted leftover concurrency limit {name!r} (an earlier controller of this run died)")
+        except ObjectNotFound:
+            pass
         client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=size))
     try:
         yield name
@@ -162,24 +363,39 @@ def _pool_concurrency_limit(name: str, size: int) -> Iterator[str]:
 
 @task(name="evaluate-task", task_run_name="{task.domain}/{task.task_id}", cache_policy=NO_CACHE, persist_result=False)
 def evaluate_task(
-    task: BenchmarkTask, pool: VMPool, ctx: AttemptContext, store: ResultStore, run_id: str, max_attempts: int
-) -> BenchmarkResult:
+    task: BenchmarkTask,
+    pool: VMPool,
+    ctx: AttemptContext,
+    store: ResultStore,
+    run_id: str,
+    max_attempts: int,
+    budget: RunBudget | None = None,
+    progress: RunProgress | None = None,
+) -> BenchmarkResult | None:
     """Attempt a task until it ends for a non-infrastructure reason or attempts run out.
 
     Every attempt is recorded as it finishes; an infrastructure failure hands the VM back as
-    unhealthy (the pool replaces it) and the next attempt runs on another VM.
+    unhealthy (the pool replaces it) and the next attempt runs on another VM. Attempt numbers
+    continue after those already stored for the task (a resumed run). No retry starts once the
+    budget is exhausted; None only if the budget stopped it before the first attempt.
     """
     result: BenchmarkResult | None = None
-    for attempt in range(1, max_attempts + 1):
+    first = store.next_attempt(run_id, task.task_id)
+    for attempt in range(first, first + max_attempts):
+        if budget is not None and budget.exhausted():
+            break
         with pool.lease() as vm:
             leased = time.monotonic()
             result = run_attempt(task, vm, ctx, attempt)
             vm_seconds = time.monotonic() - leased
         result = result.model_copy(update={"timings": {**result.timings, "vm": vm_seconds}})
         record_result(store, run_id, result)
+        if budget is not None:
+            budget.add(result)
+        if progress is not None:
+            progress.recorded(result)
         if not result.outcome.is_retryable:
             break
-    assert result is not None
     return result
 
 
@@ -192,20 +408,26 @@ def run_lane(
     store: ResultStore,
     run_id: str,
     max_attempts: int,
+    budget: RunBudget | None = None,
+    progress: RunProgress | None = None,
 ) -> list[BenchmarkResult]:
-    """Evaluate tasks from the queue, one at a time, until it is empty."""
+    """Evaluate tasks from the queue, one at a time, until it is empty or the budget runs out."""
     results: list[BenchmarkResult] = []
     while True:
+        if budget is not None and budget.exhausted():
+            return results
         try:
             next_task = todo.get_nowait()
         except queue.Empty:
             return results
-        results.append(evaluate_task(next_task, pool, ctx, store, run_id, max_attempts))
+        result = evaluate_task(next_task, pool, ctx, store, run_id, max_attempts, budget, progress)
+        if result is not None:
+            results.append(result)
 
 
 @flow(
     name="evaluate-suite",
-    flow_run_name="waa-{config.agent}-{config.provider}",
+    flow_run_name=_flow_run_name,
     on_cancellation=[_delete_run_resources],
     on_crashed=[_delete_run_resources],
 )
@@ -250,22 +472,68 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
             ),
             resume=store.get_run(run_id) is not None,
         )
+        budget = RunBudget.for_run(config, store, run_id)
+        progress = RunProgress(
+            run_id, len(tasks), len(tasks) - len(todo), config.artifacts_dir / run_id / "progress.json"
+        )
         status = "failed"
         try:
-            results = _evaluate_on_pool(config, run_id, catalog, todo, provider, agent_options, store)
-            status = "completed"
+            results = _evaluate_on_pool(config, run_id, catalog, todo, provider, agent_options, store, budget, progress)
+            completeness = _completeness(store, run_id, tasks, budget)
+            status = completeness.status
         finally:
             store.finish_run(run_id, status)
+            progress.finish(status)
         summary = store.summary(run_id)
 
-    table = format_summary(run_id, summary, environment)
+    table = format_summary(run_id, summary, environment, completeness)
     logger.info("Run summary\n%s", table)
-    create_table_artifact(
-        key="waa-run-summary",
-        table=summary_rows(summary),
-        description=f"WAA run {run_id}: {config.agent} agent on {len(tasks)} tasks ({environment})",
+    if completeness.missing:
+        logger.warning(
+            "run %s is %s: %d of %d selected tasks have no final result",
+            run_id, status, completeness.missing, completeness.selected,
+        )
+    description = f"WAA run {run_id}: {config.agent} agent on {len(tasks)} tasks ({environment}), {status}"
+    create_table_artifact(key="waa-run-summary", table=summary_rows(summary, completeness), description=description)
+    create_markdown_artifact(
+        key="waa-run-summary-report",
+        markdown=summary_markdown(run_id, summary, environment, completeness),
+        description=description,
     )
-    return RunOutcome(run_id=run_id, db_path=config.db_path, results=results, table=table)
+    return RunOutcome(
+        run_id=run_id, db_path=config.db_path, results=results, table=table, status=status, completeness=completeness
+    )
+
+
+def _completeness(store: ResultStore, run_id: str, tasks: list[BenchmarkTask], budget: RunBudget) -> RunCompleteness:
+    """What share of the selected tasks has a final result, and why the rest has none."""
+    final = store.finished_task_ids(run_id)
+    latest = {r["task_id"]: r["outcome"] for r in store.latest_attempts(run_id)}
+    selected = {t.task_id for t in tasks}
+    missing_by_domain: dict[str, int] = {}
+    for t in tasks:
+        if t.task_id not in final:
+            missing_by_domain[t.domain] = missing_by_domain.get(t.domain, 0) + 1
+    run = store.get_run(run_id)
+    task_count = run.task_count if run is not None and run.task_count is not None else len(tasks)
+    n_final = len(final & selected)
+    if budget.reason is not None and n_final < task_count:
+        status = "budget_exhausted"
+    elif n_final < task_count:
+        status = "incomplete"
+    else:
+        status = "completed"
+    return RunCompleteness(
+        status=status,
+        selected=task_count,
+        final=n_final,
+        not_started=len(selected - set(latest)),
+        retries_exhausted=sum(1 for t in selected if latest.get(t) == OutcomeKind.INFRASTRUCTURE_ERROR.value),
+        budget_reason=budget.reason,
+        missing_by_domain=missing_by_domain,
+        cost_usd=round(budget.cost_usd(), 6),
+        tokens=budget.tokens,
+    )
 
 
 def _evaluate_on_pool(
@@ -276,11 +544,16 @@ def _evaluate_on_pool(
     provider: VMProvider,
     agent_options: AgentOptions,
     store: ResultStore,
+    budget: RunBudget,
+    progress: RunProgress | None = None,
 ) -> list[BenchmarkResult]:
     """Provision the pool, run every task in lanes, and always tear the pool down."""
-    if not todo:
+    if not todo or budget.exhausted():
+        if isinstance(provider, LocalSimulationProvider):
+            provider.close()
         return []
     pool = VMPool(provider, size=min(config.pool_size, len(todo)), run_id=run_id[-6:])
+    budget.pool = pool
     try:
         with tempfile.TemporaryDirectory(prefix="waa-cache-") as cache_dir:
             ctx = AttemptContext(
@@ -294,6 +567,7 @@ def _evaluate_on_pool(
                 adapter_settings=LiveAdapterSettings(
                     settle_seconds=provider.settle_seconds if config.settle_seconds is None else config.settle_seconds
                 ),
+                stage_timeouts=config.stage_timeouts,
             )
             provision_pool(pool)
             work: queue.Queue[BenchmarkTask] = queue.Queue()
@@ -302,11 +576,11 @@ def _evaluate_on_pool(
             with _pool_concurrency_limit(f"waa-pool-{run_id}", pool.size) as limit_name:
                 with concurrency(limit_name, occupy=pool.size, strict=True):
                     futures = [
-                        run_lane.submit(lane, work, pool, ctx, store, run_id, config.max_attempts)
+                        run_lane.submit(lane, work, pool, ctx, store, run_id, config.max_attempts, budget, progress)
                         for lane in range(pool.size)
                     ]
                     by_id = {r.task_id: r for f in futures for r in f.result()}
-        return [by_id[t.task_id] for t in todo]
+        return [by_id[t.task_id] for t in todo if t.task_id in by_id]
     finally:
         pool.teardown()
         if isinstance(provider, LocalSimulationProvider):

@@ -14,8 +14,10 @@ server's /api/events (docs/deployments.md has a curl example).
 
 from __future__ import annotations
 
-from prefect.events import emit_event
-from prefect.events.worker import EventsWorker
+import asyncio
+
+from prefect.events import Event
+from prefect.events.clients import PrefectEventsClient
 from prefect.settings import PREFECT_API_URL
 
 MODEL_UPDATED = "model.updated"
@@ -43,9 +45,15 @@ def notify_model_updated(model: str, endpoint: str | None = None, checkpoint: st
             "PREFECT_API_URL is not set; point it at the Prefect server that serves the deployments, "
             "e.g. PREFECT_API_URL=http://127.0.0.1:4200/api"
         )
-    event = emit_event(**model_updated_event(model, endpoint, checkpoint))
-    if event is None:
-        raise RuntimeError(f"Prefect did not emit the event (is PREFECT_API_URL={PREFECT_API_URL.value()} right?)")
-    # Events are sent by a background worker; wait until it has sent this one before returning.
-    EventsWorker.drain_all(timeout=30, at_exit=False)
+    api_url = str(PREFECT_API_URL.value())
+    event = Event(**model_updated_event(model, endpoint, checkpoint))
+
+    # A client of our own, bound to this URL: Prefect's shared background events worker keeps the
+    # server it first talked to, so in a process that already used another server the event
+    # would silently go there.
+    async def send() -> None:
+        async with PrefectEventsClient(api_url=api_url) as client:
+            await client.emit(event)
+
+    asyncio.run(send())
     return str(event.id)

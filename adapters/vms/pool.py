@@ -22,6 +22,15 @@ class VMUsage:
     """Seconds each VM was held by a task, for cost accounting."""
 
     seconds_by_vm: dict[str, float] = field(default_factory=dict)
+    # Monotonic time each VM of the pool came up and (once deleted) went away: the pool's
+    # VMs are billed while they exist, leased or idle.
+    alive_since: dict[str, float] = field(default_factory=dict)
+    gone_at: dict[str, float] = field(default_factory=dict)
+
+    def billed_seconds(self, now: float | None = None) -> float:
+        """VM-seconds of every VM this pool has created, up to now (or its deletion)."""
+        now = time.monotonic() if now is None else now
+        return sum(self.gone_at.get(vm_id, now) - since for vm_id, since in list(self.alive_since.items()))
 
 
 class VMPool:
@@ -56,8 +65,10 @@ class VMPool:
             for vm in created:
                 self.provider.delete(vm)
             raise ProviderError(f"provisioning {self.size} VMs failed: {errors[0]}")
+        now = time.monotonic()
         for vm in created:
             self._all[vm.vm_id] = vm
+            self.usage.alive_since[vm.vm_id] = now
             self._free.put(vm)
         return created
 
@@ -85,11 +96,14 @@ class VMPool:
         self.provider.delete(vm)
         with self._lock:
             self._all.pop(vm.vm_id, None)
+            self.usage.gone_at.setdefault(vm.vm_id, time.monotonic())
             self._replacements += 1
             name = f"{self._vm_name(0).rsplit('-', 1)[0]}-r{self._replacements}"
         fresh = self.provider.create(name)
         with self._lock:
             self._all[fresh.vm_id] = fresh
+            self.usage.alive_since[fresh.vm_id] = time.monotonic()
+            self.usage.gone_at.pop(fresh.vm_id, None)
         return fresh
 
     @property
@@ -114,6 +128,7 @@ class VMPool:
         for future, vm in futures.items():
             with self._lock:
                 self._all.pop(vm.vm_id, None)
+                self.usage.gone_at.setdefault(vm.vm_id, time.monotonic())
             if future.exception() is not None:
                 errors.append(f"{vm.vm_id}: {future.exception()}")
         if errors:
