@@ -32,13 +32,10 @@ Hardening (see also flows/attempt.py for per-stage wall-clock limits):
 
 from __future__ import annotations
 
-import json
-import os
 import queue
 import subprocess
-import threading
-import time
 import tempfile
+import time
 import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -46,12 +43,7 @@ from pathlib import Path
 from typing import Any, Iterator, Literal
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import (
-    create_markdown_artifact,
-    create_progress_artifact,
-    create_table_artifact,
-    update_progress_artifact,
-)
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
@@ -73,6 +65,8 @@ from adapters.vms.local import LocalSimulationProvider
 from adapters.vms.pool import VMPool
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from adapters.waa.live import LiveAdapterSettings
+from flows.budget import RunBudget
+from flows.progress import RunProgress, warn
 from flows.attempt import DEFAULT_STAGE_TIMEOUTS, AttemptContext, run_attempt, validate_stage_timeouts
 from flows.summary import RunCompleteness, format_summary, summary_markdown, summary_rows
 from tasks.provision import provision_pool
@@ -154,138 +148,6 @@ class RunOutcome(BaseModel):
     completeness: RunCompleteness | None = None
 
 
-class RunBudget:
-    """The run's spending so far, shared by the lanes; `exhausted()` says whether to stop.
-
-    Once a limit is reached the reason sticks: the run stays stopped even if, say, a later
-    reading would differ.
-    """
-
-    def __init__(self, config: SuiteRunConfig, *, prior_cost_usd: float = 0.0, prior_tokens: int = 0) -> None:
-        self.config = config
-        self.started = time.monotonic()
-        self.model_cost_usd = prior_cost_usd
-        self.tokens = prior_tokens
-        self.pool: VMPool | None = None
-        self.reason: str | None = None
-        self._lock = threading.Lock()
-
-    @classmethod
-    def for_run(cls, config: SuiteRunConfig, store: ResultStore, run_id: str) -> RunBudget:
-        """A budget that counts the cost and tokens of the run's attempts already stored."""
-        cost, tokens = 0.0, 0
-        for row in store.results(run_id):
-            cost += row.get("cost_usd") or 0.0
-            cost += (row.get("vm_seconds") or 0.0) / 3600.0 * config.vm_hour_price_usd
-            tokens += (row.get("input_tokens") or 0) + (row.get("output_tokens") or 0)
-        return cls(config, prior_cost_usd=cost, prior_tokens=tokens)
-
-    def add(self, result: BenchmarkResult) -> None:
-        usage = result.usage
-        if usage is None:
-            return
-        with self._lock:
-            self.model_cost_usd += usage.cost_usd
-            self.tokens += usage.input_tokens + usage.output_tokens
-
-    def cost_usd(self) -> float:
-        vm_seconds = self.pool.usage.billed_seconds() if self.pool is not None else 0.0
-        return self.model_cost_usd + vm_seconds / 3600.0 * self.config.vm_hour_price_usd
-
-    def exhausted(self) -> str | None:
-        """Why the run must stop taking work, or None while it is within budget."""
-        with self._lock:
-            if self.reason is not None:
-                return self.reason
-            c = self.config
-            elapsed = time.monotonic() - self.started
-            cost = self.cost_usd()
-            if c.max_wall_seconds is not None and elapsed >= c.max_wall_seconds:
-                self.reason = f"wall-clock budget of {c.max_wall_seconds:g} s reached ({elapsed:.1f} s)"
-            elif c.max_cost_usd is not None and cost >= c.max_cost_usd:
-                self.reason = f"cost budget of ${c.max_cost_usd:g} reached (${cost:.4f})"
-            elif c.max_tokens is not None and self.tokens >= c.max_tokens:
-                self.reason = f"token budget of {c.max_tokens} reached ({self.tokens})"
-            return self.reason
-
-
-class RunProgress:
-    """Final results so far, shown as a Prefect progress artifact and a side file.
-
-    Artifact API failures are logged, never raised: progress reporting must not fail a run.
-    """
-
-    ARTIFACT_KEY = "waa-run-progress"
-
-    def __init__(self, run_id: str, selected: int, final: int, side_file: Path | None) -> None:
-        self.run_id = run_id
-        self.selected = selected
-        self.final = final
-        self.attempts = 0
-        self.side_file = side_file
-        self.status = "running"
-        self._lock = threading.Lock()
-        self._artifact_id: Any = None
-        try:
-            self._artifact_id = create_progress_artifact(
-                progress=self._percent(), key=self.ARTIFACT_KEY, description=self._description()
-            )
-        except Exception as exc:  # noqa: BLE001 - see class docstring
-            _warn(f"progress artifact not created: {exc}")
-        self._write_side_file()
-
-    def _percent(self) -> float:
-        return 100.0 * self.final / self.selected if self.selected else 100.0
-
-    def _description(self) -> str:
-        return f"WAA run {self.run_id}: {self.final}/{self.selected} tasks have a final result"
-
-    def recorded(self, result: BenchmarkResult) -> None:
-        """Count one recorded attempt (and one more final result if its outcome is final)."""
-        with self._lock:
-            self.attempts += 1
-            if not result.outcome.is_retryable:
-                self.final += 1
-            percent, description = self._percent(), self._description()
-            self._write_side_file()
-        if self._artifact_id is not None and not result.outcome.is_retryable:
-            try:
-                update_progress_artifact(self._artifact_id, progress=percent, description=description)
-            except Exception as exc:  # noqa: BLE001 - see class docstring
-                _warn(f"progress artifact not updated: {exc}")
-
-    def finish(self, status: str) -> None:
-        with self._lock:
-            self.status = status
-            self._write_side_file()
-
-    def _write_side_file(self) -> None:
-        if self.side_file is None:
-            return
-        data = {
-            "run_id": self.run_id,
-            "status": self.status,
-            "selected": self.selected,
-            "final": self.final,
-            "attempts_recorded": self.attempts,
-            "updated_at": datetime.now(timezone.utc).isoformat(),
-        }
-        try:
-            self.side_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.side_file.with_name(self.side_file.name + f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(data))
-            os.replace(tmp, self.side_file)
-        except OSError as exc:
-            _warn(f"progress file {self.side_file} not written: {exc}")
-
-
-def _warn(message: str) -> None:
-    try:
-        get_run_logger().warning(message)
-    except Exception:  # noqa: BLE001 - no run context (e.g. called outside a flow)
-        pass
-
-
 def _provider(config: SuiteRunConfig, run_id: str) -> VMProvider:
     """The VM provider the configuration names."""
     if config.provider == "existing":
@@ -350,7 +212,7 @@ def _pool_concurrency_limit(name: str, size: int) -> Iterator[str]:
     with get_client(sync_client=True) as client:
         try:
             client.delete_global_concurrency_limit_by_name(name)
-            _warn(f"deleted leftover concurrency limit {name!r} (an earlier controller of this run died)")
+            warn(f"deleted leftover concurrency limit {name!r} (an earlier controller of this run died)")
         except ObjectNotFound:
             pass
         client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=size))
