@@ -335,10 +335,9 @@ class ClaudeComputerUseAgent(BenchmarkAgent):
             kwargs["extra_body"] = {"temperature": s.temperature}
         response = call_backend(lambda: self._client.beta.messages.create(**kwargs), backend="anthropic",
                                 endpoint=self.endpoint, secret=self._secret, max_retries=s.max_retries)
-        input_tokens, output_tokens = anthropic_input_output_tokens(response.usage)
-        cost = self.prices.cost(s.model, input_tokens, output_tokens)
-        self._usage = (self._usage or ModelUsage()) + ModelUsage(
-            calls=1, input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost)
+        self._usage = (self._usage or ModelUsage()) + self.prices.usage(
+            s.model, *anthropic_input_output_tokens(response.usage)
+        )
         return response
 
     def _final_action(self, text: str) -> BenchmarkAction:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from adapters.benchmark import ModelUsage
+
 log = logging.getLogger(__name__)
 
 DEFAULT_PRICES_AS_OF = "2026-03"
@@ -133,6 +135,15 @@ class PriceTable:
                 log.warning("no price known for model %r: its cost is reported as 0.0 (set a price override)", model)
             return 0.0
         return price.cost(input_tokens, output_tokens)
+
+    def usage(self, model: str, input_tokens: int, output_tokens: int) -> ModelUsage:
+        """One model call's usage, priced."""
+        return ModelUsage(
+            calls=1,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost_usd=self.cost(model, input_tokens, output_tokens),
+        )
 
 
 _DEFAULT_TABLE = PriceTable()

@@ -438,9 +438,7 @@ class PromptingAgent(BenchmarkAgent):
                             max_retries=self.settings.max_retries)
 
     def _add_usage(self, input_tokens: int, output_tokens: int) -> None:
-        cost = self.prices.cost(self.settings.model, input_tokens, output_tokens)
-        step = ModelUsage(calls=1, input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost)
-        self._usage = (self._usage or ModelUsage()) + step
+        self._usage = (self._usage or ModelUsage()) + self.prices.usage(self.settings.model, input_tokens, output_tokens)
 
     def _to_screen(self, action: BenchmarkAction, image: ScaledScreenshot | None) -> BenchmarkAction:
         """Pixel coordinates given in a scaled screenshot's pixels -> screen pixels."""
