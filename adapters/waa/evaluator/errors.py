@@ -7,6 +7,9 @@ evaluation. The classes here are different: they are never swallowed into a scor
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 
 class EvaluatorError(Exception):
     """Base class of the evaluator's own errors."""
@@ -28,6 +31,17 @@ class MissingDependencyError(EvaluationConfigError):
         self.what = what
         self.packages = packages
         self.extra = extra
+
+
+def require(module: str, *, what: str, packages: str, extra: str) -> ModuleType:
+    """Import an optional package for a getter or metric, or say which extra to install."""
+    try:
+        # The top-level package first, as `from pkg import sub` does: a submodule already in
+        # sys.modules must not hide that its package is unavailable.
+        importlib.import_module(module.partition(".")[0])
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependencyError(what, packages, extra=extra) from exc
 
 
 class HostNetworkError(EvaluatorError):

@@ -23,11 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from adapters.waa.errors import WAAHTTPError
-from adapters.waa.evaluator.errors import (
-    EvaluationConfigError,
-    HostNetworkError,
-    MissingDependencyError,
-)
+from adapters.waa.evaluator.errors import EvaluationConfigError, HostNetworkError, require
 from adapters.waa.evaluator.vm import VMConnection
 
 
@@ -155,10 +151,7 @@ def _cached_download(ctx: GetterContext, url: str, dest: str) -> Path:
         return target
     if ctx.offline:
         raise EvaluationConfigError(f"cloud_file: {url} is not in the download cache and offline mode is on")
-    try:
-        import requests
-    except ImportError as exc:  # pragma: no cover - requests is a core dependency
-        raise MissingDependencyError("cloud_file", "requests") from exc
+    import requests
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         with requests.get(url, stream=True, timeout=ctx.download_timeout) as response:
@@ -237,10 +230,7 @@ def get_content_from_vm_file(ctx: GetterContext, config: dict[str, Any]) -> Any:
         raise NotImplementedError(f"content_from_vm_file: file type {file_type} not supported")
     if file_content != "last_row":
         return None
-    try:
-        import pandas
-    except ImportError as exc:
-        raise MissingDependencyError("content_from_vm_file (xlsx)", "pandas and openpyxl", extra="office") from exc
+    pandas = require("pandas", what="content_from_vm_file (xlsx)", packages="pandas and openpyxl", extra="office")
     frame = pandas.read_excel(local)
     return frame.iloc[-1].astype(str).tolist()
 

@@ -48,7 +48,7 @@ from urllib.parse import parse_qs, urlparse
 from xml.etree import ElementTree
 
 from adapters.waa.errors import WAAHTTPError
-from adapters.waa.evaluator.errors import EvaluationConfigError, HostNetworkError, MissingDependencyError
+from adapters.waa.evaluator.errors import EvaluationConfigError, HostNetworkError, require
 from adapters.waa.evaluator.getters import GetterContext, getter
 
 BROWSER_DEVIATIONS: list[str] = [
@@ -528,10 +528,7 @@ def get_shortcuts_on_desktop(ctx: GetterContext, config: dict[str, Any]) -> dict
     """WAA `get_shortcuts_on_desktop`: {file name: LnkParse3 JSON dump} for every `.lnk` entry on
     the VM's desktop (top level only). Not guarded in WAA: an unreadable or malformed `.lnk`
     raises. Needs LnkParse3."""
-    try:
-        import LnkParse3
-    except ImportError as exc:
-        raise MissingDependencyError("shortcuts_on_desktop", "LnkParse3", extra="browser") from exc
+    LnkParse3 = require("LnkParse3", what="shortcuts_on_desktop", packages="LnkParse3", extra="browser")  # noqa: N806
     desktop, names = _desktop_files(ctx, "shortcuts_on_desktop", ".lnk")
     shortcuts: dict[str, str] = {}
     for file_name in names:

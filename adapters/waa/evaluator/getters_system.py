@@ -33,7 +33,7 @@ import tempfile
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from adapters.waa.errors import WAAHTTPError
-from adapters.waa.evaluator.errors import EvaluationConfigError, MissingDependencyError
+from adapters.waa.evaluator.errors import EvaluationConfigError, require
 from adapters.waa.evaluator.getters import (
     GetterContext,
     _execute_as_dict,
@@ -382,10 +382,7 @@ def get_zipped_folder_in_desktop(ctx: GetterContext, config: dict[str, Any]) -> 
     WAA. WAA reads every member with `readall()`, which py7zr 1.x no longer has; there we extract
     to a temporary directory instead, which decrypts and checks the same data.
     """
-    try:
-        import py7zr
-    except ImportError as exc:
-        raise MissingDependencyError("zipped_folder_in_desktop", "py7zr", extra="office") from exc
+    py7zr = require("py7zr", what="zipped_folder_in_desktop", packages="py7zr", extra="office")
     vm_path = config["filename"]
     content = _soft(ctx, f"reading {vm_path}", lambda: ctx.vm.get_file(vm_path), None)
     if content is None:
@@ -421,10 +418,7 @@ def find_red_circle(image: bytes | None) -> bool | int:
     sliced with negative indices, as numpy does for WAA."""
     if not image:
         return 0
-    try:
-        import numpy as np
-    except ImportError as exc:
-        raise MissingDependencyError("is_red_circle_present_on_canvas", "numpy", extra="media") from exc
+    np = require("numpy", what="is_red_circle_present_on_canvas", packages="numpy", extra="media")
     from PIL import Image
 
     pixels = np.array(Image.open(io.BytesIO(image)).convert("RGB"))

@@ -18,7 +18,7 @@ import json
 import re
 from typing import Any, Callable, TypeVar
 
-from adapters.waa.evaluator.errors import EvaluationConfigError, MissingDependencyError
+from adapters.waa.evaluator.errors import EvaluationConfigError, require
 
 Metric = Callable[..., Any]
 METRICS: dict[str, Metric] = {}
@@ -178,9 +178,6 @@ def check_json_settings(actual: Any, expected: Any, **options: Any) -> float:
 @metric("fuzzy_match")
 def fuzzy_match(result: Any, rules: Any) -> float:
     """WAA `fuzzy_match`: rapidfuzz `fuzz.ratio(result, rules["expected"]) / 100` (a fraction).
-    Needs rapidfuzz (the 'metrics' extra); without it this raises a clear error, never a 0."""
-    try:
-        from rapidfuzz import fuzz
-    except ImportError as exc:
-        raise MissingDependencyError("fuzzy_match", "rapidfuzz") from exc
+    Needs rapidfuzz (the 'text' extra); without it this raises a clear error, never a 0."""
+    fuzz = require("rapidfuzz.fuzz", what="fuzzy_match", packages="rapidfuzz", extra="text")
     return fuzz.ratio(result, rules["expected"]) / 100.0

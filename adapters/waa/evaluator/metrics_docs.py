@@ -25,7 +25,7 @@ import xml.etree.ElementTree as ET
 import zipfile
 from typing import Any
 
-from adapters.waa.evaluator.errors import MissingDependencyError
+from adapters.waa.evaluator.errors import MissingDependencyError, require
 from adapters.waa.evaluator.metrics import metric
 
 _EXTRA = "office"
@@ -78,28 +78,16 @@ _OOR_NS = "http://openoffice.org/2001/registry"
 
 
 def _need_docx(what: str) -> Any:
-    try:
-        import docx
-    except ImportError as exc:
-        raise MissingDependencyError(what, "python-docx", extra=_EXTRA) from exc
-    return docx
+    return require("docx", what=what, packages="python-docx", extra=_EXTRA)
 
 
 def _need_odf(what: str) -> Any:
-    try:
-        import odf.opendocument
-        import odf.text
-    except ImportError as exc:
-        raise MissingDependencyError(what, "odfpy", extra=_EXTRA) from exc
-    return odf
+    require("odf.text", what=what, packages="odfpy", extra=_EXTRA)
+    return require("odf", what=what, packages="odfpy", extra=_EXTRA)
 
 
 def _need_fuzz(what: str) -> Any:
-    try:
-        from rapidfuzz import fuzz
-    except ImportError as exc:
-        raise MissingDependencyError(what, "rapidfuzz", extra=_EXTRA) from exc
-    return fuzz
+    return require("rapidfuzz.fuzz", what=what, packages="rapidfuzz", extra=_EXTRA)
 
 
 def _need_pymupdf(what: str) -> Any:

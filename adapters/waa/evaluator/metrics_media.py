@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.waa.evaluator.errors import MissingDependencyError
+from adapters.waa.evaluator.errors import require
 from adapters.waa.evaluator.metrics import metric
 
 MEDIA_PACKAGES = "numpy, scipy, soundfile, soxr, fastdtw and opencv-python-headless"
@@ -47,20 +47,11 @@ MEDIA_DEVIATIONS: list[str] = [
 
 
 def _numpy(what: str) -> Any:
-    try:
-        import numpy
-    except ImportError as exc:
-        raise MissingDependencyError(what, MEDIA_PACKAGES, extra="media") from exc
-    return numpy
+    return _module("numpy", what)
 
 
 def _module(name: str, what: str) -> Any:
-    import importlib
-
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        raise MissingDependencyError(what, MEDIA_PACKAGES, extra="media") from exc
+    return require(name, what=what, packages=MEDIA_PACKAGES, extra="media")
 
 
 # -- images --------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import zipfile
 from difflib import SequenceMatcher
 from typing import Any
 
-from adapters.waa.evaluator.errors import MissingDependencyError
+from adapters.waa.evaluator.errors import require
 from adapters.waa.evaluator.metrics import metric
 
 # -- VS Code -----------------------------------------------------------------------------------------
@@ -63,11 +63,8 @@ def check_json_keybindings(actual: Any, expected: Any, **options: Any) -> float:
 
 
 def _pdf_text(content: bytes) -> str:
-    try:
-        import PyPDF2
-    except ImportError as exc:
-        raise MissingDependencyError("compare_zip_files (PDF members)", "PyPDF2", extra="office") from exc
-    reader = PyPDF2.PdfReader(io.BytesIO(content))
+    pypdf2 = require("PyPDF2", what="compare_zip_files (PDF members)", packages="PyPDF2", extra="office")
+    reader = pypdf2.PdfReader(io.BytesIO(content))
     return "".join(page.extract_text() for page in reader.pages)
 
 

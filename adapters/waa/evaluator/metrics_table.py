@@ -58,7 +58,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters.waa.evaluator.errors import MissingDependencyError
+from adapters.waa.evaluator.errors import MissingDependencyError, require
 from adapters.waa.evaluator.metrics import metric
 
 # -- what compare_table understands ----------------------------------------------------------------
@@ -170,12 +170,10 @@ def unsupported_rule_options(rules: Any) -> list[str]:
 
 
 def _office(what: str) -> tuple[Any, Any]:
-    try:
-        import openpyxl
-        import pandas
-    except ImportError as exc:
-        raise MissingDependencyError(what, "openpyxl and pandas", extra="office") from exc
-    return openpyxl, pandas
+    return (
+        require("openpyxl", what=what, packages="openpyxl and pandas", extra="office"),
+        require("pandas", what=what, packages="openpyxl and pandas", extra="office"),
+    )
 
 
 def _formulas_parser() -> Any:
@@ -189,10 +187,7 @@ def _formulas_parser() -> Any:
 
 
 def _fuzz_ratio(a: str, b: str) -> float:
-    try:
-        from rapidfuzz import fuzz
-    except ImportError as exc:
-        raise MissingDependencyError("compare_table (sheet_fuzzy fuzzy_match)", "rapidfuzz", extra="office") from exc
+    fuzz = require("rapidfuzz.fuzz", what="compare_table (sheet_fuzzy fuzzy_match)", packages="rapidfuzz", extra="office")
     return fuzz.ratio(a, b)
 
 
