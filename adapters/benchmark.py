@@ -132,7 +132,8 @@ class ActionType(str, enum.Enum):
         return self in (ActionType.DONE, ActionType.FAIL, ActionType.ANSWER)
 
 
-_POINTER_ACTIONS = {ActionType.CLICK, ActionType.DOUBLE_CLICK, ActionType.RIGHT_CLICK}
+POINTER_ACTIONS = frozenset({ActionType.CLICK, ActionType.DOUBLE_CLICK, ActionType.RIGHT_CLICK})
+"""Actions that aim at one screen point or element."""
 
 
 class BenchmarkAction(BaseModel):
@@ -172,7 +173,7 @@ class BenchmarkAction(BaseModel):
     def _required_fields(self) -> BenchmarkAction:
         t = self.type
         has_point = self.x is not None and self.y is not None
-        if t in _POINTER_ACTIONS and not (has_point or self.target_node_id or self.target_bbox):
+        if t in POINTER_ACTIONS and not (has_point or self.target_node_id or self.target_bbox):
             raise ValueError(f"{t.value} needs x/y, target_node_id or target_bbox")
         if t is ActionType.TYPE and self.text is None:
             raise ValueError("type needs text")

@@ -82,6 +82,9 @@ class SuiteRunConfig(BaseModel):
     task_ids: list[str] | None = None
     agent: str = "scripted"
     agent_options: AgentOptions = Field(default_factory=AgentOptions)
+    # Provenance only: the checkpoint behind `agent_options.model`, when a fine-tuning job
+    # announced one (recorded in runs.model_checkpoint).
+    model_checkpoint: str | None = None
     pool_size: int = Field(default=4, ge=1, le=64)
     provider: Literal["local", "existing", "aws", "azure"] = "local"
     cloud_config: Path | None = None  # aws/azure: TOML settings file (else $ARENA_CONFIG / ./arena.toml)
@@ -331,6 +334,9 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
                 code_revision=_code_revision(),
                 prefect_flow_run_id=str(flow_run.id) if flow_run else None,
                 environment=environment,
+                model_checkpoint=config.model_checkpoint,
+                vm_image=provider.image_id,
+                run_config=config.model_dump(mode="json"),
             ),
             resume=store.get_run(run_id) is not None,
         )

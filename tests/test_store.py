@@ -174,6 +174,8 @@ def test_duplicate_run_and_resume(store: ResultStore) -> None:
         store.start_run(_run())
     with pytest.raises(StoreError, match="suite_hash: stored 'abc123', now 'other'"):
         store.start_run(_run(suite_hash="other"), resume=True)
+    with pytest.raises(StoreError, match="agent_config_hash: stored"):
+        store.start_run(_run(agent_config={"temperature": 0.7}), resume=True)
     store.start_run(_run(prefect_flow_run_id="flow-run-2"), resume=True)
     run = store.get_run(RUN)
     assert run is not None
@@ -475,7 +477,10 @@ def test_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
             "window_title VARCHAR, agent_seconds DOUBLE, env_seconds DOUBLE, error VARCHAR, "
             "PRIMARY KEY (run_id, task_id, attempt, step_index))"
         )
-        con.execute("INSERT INTO runs (run_id, agent, suite) VALUES ('old', 'scripted', 's')")
+        con.execute(
+            "INSERT INTO runs (run_id, agent, suite, started_at, status) "
+            "VALUES ('old', 'scripted', 's', TIMESTAMP '2025-01-01 02:00:00', 'completed')"
+        )
         con.execute(
             "INSERT INTO task_results (run_id, task_id, attempt, outcome, success) VALUES ('old', 't', 1, 'success', true)"
         )
@@ -488,3 +493,47 @@ def test_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
         store.record_result("old", result)
         rows = {r["task_id"]: r for r in store.results("old")}
         assert rows["u"]["input_tokens"] == 10 and rows["u"]["cost_usd"] == 0.5 and rows["t"]["cost_usd"] is None
+        # Version 3's columns arrive too: a step written after the upgrade keeps its reasoning.
+        step = StepRecord(index=0, action=BenchmarkAction(type=ActionType.CLICK, x=5, y=6, reasoning="why"))
+        store.record_result("old", result.model_copy(update={"task_id": "w", "steps": [step], "num_steps": 1}))
+        (row,) = store.steps("old", "w")
+        assert (row["reasoning"], row["click_x"], row["click_y"]) == ("why", 5.0, 6.0)
+        assert store.get_run("old").agent_config_hash is None
+
+
+def test_provenance_columns_and_config_hash(db_path: Path) -> None:
+    """The agent configuration hash identifies equal configurations; secrets never reach it."""
+    with ResultStore(db_path) as store:
+        store.start_run(_run("a", agent_config={"temperature": 0.0, "api_key": "sk-1"}, model_checkpoint="s3://c/1",
+                             vm_image="ami-123", run_config={"pool_size": 2, "password": "hunter2"}))
+        store.start_run(_run("b", agent_config={"api_key": "sk-2", "temperature": 0.0}))
+        store.start_run(_run("c", agent_config={"temperature": 0.5}))
+        a, b, c = (store.get_run(r) for r in "abc")
+    assert a.agent_config_hash == b.agent_config_hash != c.agent_config_hash
+    assert len(a.agent_config_hash) == 64
+    assert (a.model_checkpoint, a.vm_image, a.run_config) == ("s3://c/1", "ami-123", {"pool_size": 2})
+    assert "hunter2" not in db_path.read_bytes().decode("latin-1")
+
+
+def test_screenshot_paths_are_stored_relative_to_the_database(tmp_path: Path) -> None:
+    """Screenshots under the database's folder are stored relative to it (the folder can move)."""
+    db = tmp_path / "results" / "arena.duckdb"
+    inside = tmp_path / "results" / "artifacts" / "t" / "step_000.png"
+    outside = tmp_path / "elsewhere" / "step_001.png"
+    steps = [
+        StepRecord(index=0, action=BenchmarkAction(type=ActionType.CLICK, target_bbox=(10, 20, 30, 40)),
+                   screenshot_path=str(inside)),
+        StepRecord(index=1, action=BenchmarkAction(type=ActionType.TYPE, text="x"), screenshot_path=str(outside)),
+        StepRecord(index=2, action=BenchmarkAction(type=ActionType.CLICK, x=0.5, y=0.5, normalized=True)),
+    ]
+    with ResultStore(db) as store:
+        store.start_run(_run())
+        store.record_result(RUN, _result("t").model_copy(update={"steps": steps, "num_steps": 3}))
+        rows = store.steps(RUN, "t")
+        assert rows[0]["screenshot_path"] == "artifacts/t/step_000.png"
+        assert store.resolve_path(rows[0]["screenshot_path"]) == inside
+        assert rows[1]["screenshot_path"] == str(outside)
+        assert store.resolve_path(rows[1]["screenshot_path"]) == outside
+        assert rows[2]["screenshot_path"] is None
+        # A box's centre; a normalised point cannot be placed without the screen size; typing has none.
+        assert [(r["click_x"], r["click_y"]) for r in rows] == [(20.0, 30.0), (None, None), (None, None)]

@@ -3,13 +3,15 @@
 Query it with any DuckDB client, e.g. ``duckdb results.duckdb``. All TIMESTAMP columns are UTC
 (naive timestamps); all durations are in seconds.
 
-Schema (version 2)
+Schema (version 3)
 ------------------
 
 Version 2 added model usage: ``runs.model_endpoint``, and ``model_calls``, ``input_tokens``,
 ``output_tokens`` and ``cost_usd`` on ``task_results`` (the attempt's total) and ``steps``, and
-``task_results.agent_details`` and ``task_results.vm_seconds``.
-A version-1 file is upgraded in place when opened; a newer file is refused.
+``task_results.agent_details`` and ``task_results.vm_seconds``. Version 3 added provenance
+(``runs.agent_config_hash``, ``model_checkpoint``, ``vm_image``, ``run_config``) and, on
+``steps``, ``reasoning``, ``click_x`` and ``click_y``.
+Older files (version 1 or 2) are upgraded in place when opened; a newer file is refused.
 
 ``schema_version(version INTEGER)``
     One row: the schema version the file was written with. Code refuses a file whose version is
@@ -34,6 +36,12 @@ A version-1 file is upgraded in place when opened; a newer file is refused.
     prefect_flow_run_id  VARCHAR   the Prefect flow run that produced it
     environment          VARCHAR   e.g. "local-simulation" (simulated desktop) or a VM image
     model_endpoint       VARCHAR   the model API base URL the agent called, if any
+    agent_config_hash    VARCHAR   sha256 of agent_config as canonical JSON: runs with the
+                                   same hash ran the same agent configuration
+    model_checkpoint     VARCHAR   checkpoint path or URI of the model, when announced
+    vm_image             VARCHAR   image or snapshot the VMs started from (AMI id, Azure image
+                                   id, "local-simulation"); NULL when unknown (existing VMs)
+    run_config           JSON      the whole run configuration, secrets removed
     ==================== ========= =========================================================
 
 ``task_results`` -- one row per task *attempt*; primary key (run_id, task_id, attempt).
@@ -68,9 +76,14 @@ A version-1 file is upgraded in place when opened; a newer file is refused.
 
 ``steps`` -- one row per agent step; primary key (run_id, task_id, attempt, step_index).
     action_type VARCHAR (click, type, ...), action JSON (the full BenchmarkAction),
-    screenshot_path VARCHAR, window_title VARCHAR, agent_seconds DOUBLE, env_seconds DOUBLE,
-    error VARCHAR, and the step's model_calls, input_tokens, output_tokens, cost_usd (NULL
-    when the agent has no model).
+    screenshot_path VARCHAR (the screen the agent saw before acting: a PNG file next to the
+    database; relative to the database's folder when it lies under it, so the folder can be
+    moved or shared whole; ``ResultStore.resolve_path`` makes it absolute), window_title
+    VARCHAR, agent_seconds DOUBLE, env_seconds DOUBLE, error VARCHAR, the step's
+    model_calls, input_tokens, output_tokens, cost_usd (NULL when the agent has no model),
+    reasoning VARCHAR (the agent's stated reasoning), and click_x, click_y DOUBLE (the screen
+    point a pointer action aimed at, in pixels of the screenshot: the action's x/y, or the
+    centre of its target element's box; NULL for other actions or when unknown).
 
 ``latest_task_results`` (view) -- task_results restricted to the last attempt of each
 (run_id, task_id). Reports count this view, so a task retried after an infrastructure error
@@ -85,6 +98,7 @@ Example::
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import math
 import re
@@ -97,9 +111,9 @@ from typing import Any
 import duckdb
 from pydantic import BaseModel, Field
 
-from adapters.benchmark import BenchmarkResult, ModelUsage, OutcomeKind
+from adapters.benchmark import POINTER_ACTIONS, ActionType, BenchmarkAction, BenchmarkResult, ModelUsage, OutcomeKind
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # In-place upgrades: MIGRATIONS[v] takes a file from version v to v + 1.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -115,6 +129,15 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE steps ADD COLUMN input_tokens BIGINT",
         "ALTER TABLE steps ADD COLUMN output_tokens BIGINT",
         "ALTER TABLE steps ADD COLUMN cost_usd DOUBLE",
+    ),
+    2: (
+        "ALTER TABLE runs ADD COLUMN agent_config_hash VARCHAR",
+        "ALTER TABLE runs ADD COLUMN model_checkpoint VARCHAR",
+        "ALTER TABLE runs ADD COLUMN vm_image VARCHAR",
+        "ALTER TABLE runs ADD COLUMN run_config JSON",
+        "ALTER TABLE steps ADD COLUMN reasoning VARCHAR",
+        "ALTER TABLE steps ADD COLUMN click_x DOUBLE",
+        "ALTER TABLE steps ADD COLUMN click_y DOUBLE",
     ),
 }
 
@@ -146,7 +169,11 @@ _DDL: tuple[str, ...] = (
         code_revision VARCHAR,
         prefect_flow_run_id VARCHAR,
         environment VARCHAR,
-        model_endpoint VARCHAR
+        model_endpoint VARCHAR,
+        agent_config_hash VARCHAR,
+        model_checkpoint VARCHAR,
+        vm_image VARCHAR,
+        run_config JSON
     )
     """,
     """
@@ -198,6 +225,9 @@ _DDL: tuple[str, ...] = (
         input_tokens BIGINT,
         output_tokens BIGINT,
         cost_usd DOUBLE,
+        reasoning VARCHAR,
+        click_x DOUBLE,
+        click_y DOUBLE,
         PRIMARY KEY (run_id, task_id, attempt, step_index)
     )
     """,
@@ -218,9 +248,9 @@ _RESULT_COLUMNS: tuple[str, ...] = (
 _STEP_COLUMNS: tuple[str, ...] = (
     "run_id", "task_id", "attempt", "step_index", "action_type", "action", "screenshot_path",
     "window_title", "agent_seconds", "env_seconds", "error", "model_calls", "input_tokens",
-    "output_tokens", "cost_usd",
+    "output_tokens", "cost_usd", "reasoning", "click_x", "click_y",
 )
-_JSON_COLUMNS = frozenset({"agent_config", "timings", "action", "agent_details"})
+_JSON_COLUMNS = frozenset({"agent_config", "timings", "action", "agent_details", "run_config"})
 
 
 def _usage_values(usage: ModelUsage | None) -> list[Any]:
@@ -314,6 +344,11 @@ class RunInfo(BaseModel):
     prefect_flow_run_id: str | None = None
     environment: str | None = None
     model_endpoint: str | None = None
+    model_checkpoint: str | None = None
+    vm_image: str | None = None
+    run_config: dict[str, Any] = Field(default_factory=dict)
+    agent_config_hash: str | None = None
+    """Computed by the store from agent_config when the run is recorded; any value given is ignored."""
 
 
 class DomainSummary(BaseModel):
@@ -473,25 +508,30 @@ class ResultStore:
 
         A run id that already exists is an error, unless `resume=True`: then the existing run
         is marked running again (its start time and results kept), provided agent, model,
-        suite and suite hash are unchanged, so a resumed run cannot mix two configurations.
+        suite, suite hash and agent configuration hash are unchanged, so a resumed run cannot
+        mix two configurations.
         """
         config_json = json.dumps(scrub_secrets(run.agent_config), sort_keys=True, default=str)
+        run_config_json = json.dumps(scrub_secrets(run.run_config), sort_keys=True, default=str)
+        config_hash = hashlib.sha256(config_json.encode()).hexdigest()
         with self._lock:
             conn = self._connection()
             existing = conn.execute(
-                "SELECT agent, model_id, suite, suite_hash FROM runs WHERE run_id = ?", [run.run_id]
+                "SELECT agent, model_id, suite, suite_hash, agent_config_hash FROM runs WHERE run_id = ?",
+                [run.run_id],
             ).fetchone()
             if existing is not None:
                 if not resume:
                     raise StoreError(
                         f"{self._path}: run {run.run_id!r} already exists; pass resume=True to continue it"
                     )
-                wanted = (run.agent, run.model_id, run.suite, run.suite_hash)
-                names = ("agent", "model_id", "suite", "suite_hash")
+                wanted = (run.agent, run.model_id, run.suite, run.suite_hash, config_hash)
+                names = ("agent", "model_id", "suite", "suite_hash", "agent_config_hash")
                 changed = [
                     f"{n}: stored {old!r}, now {new!r}"
                     for n, old, new in zip(names, existing, wanted)
-                    if old != new
+                    # Runs recorded before version 3 have no configuration hash to compare.
+                    if old != new and not (n == "agent_config_hash" and old is None)
                 ]
                 if changed:
                     raise StoreError(
@@ -507,13 +547,15 @@ class ResultStore:
             conn.execute(
                 "INSERT INTO runs (run_id, started_at, finished_at, status, agent, agent_config, "
                 "model_id, suite, suite_hash, task_count, pool_size, provider, reset_level, "
-                "code_revision, prefect_flow_run_id, environment, model_endpoint) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "code_revision, prefect_flow_run_id, environment, model_endpoint, agent_config_hash, "
+                "model_checkpoint, vm_image, run_config) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     run.run_id, _to_utc_naive(run.started_at), _to_utc_naive(run.finished_at),
                     run.status, run.agent, config_json, run.model_id, run.suite, run.suite_hash,
                     run.task_count, run.pool_size, run.provider, run.reset_level,
                     run.code_revision, run.prefect_flow_run_id, run.environment, run.model_endpoint,
+                    config_hash, run.model_checkpoint, run.vm_image, run_config_json,
                 ],
             )
 
@@ -533,7 +575,30 @@ class ResultStore:
         """The stored provenance of a run (agent_config already scrubbed), or None."""
         with self._lock:
             rows = self._query("SELECT * FROM runs WHERE run_id = ?", [run_id])
-        return RunInfo.model_validate(rows[0]) if rows else None
+        if not rows:
+            return None
+        # Rows from before version 3 (or written by hand) may have NULL configurations.
+        row = {k: v for k, v in rows[0].items() if not (v is None and k in ("agent_config", "run_config"))}
+        return RunInfo.model_validate(row)
+
+    def resolve_path(self, stored: str) -> Path:
+        """The absolute file a stored path (e.g. ``steps.screenshot_path``) names.
+
+        Paths under the database's folder are stored relative to it, so a copied or moved
+        results folder keeps its screenshots.
+        """
+        path = Path(stored)
+        return path if path.is_absolute() else self._path.parent / path
+
+    def _stored_path(self, path: str | None) -> str | None:
+        """`path` relative to the database's folder when it lies under it, else absolute."""
+        if path is None:
+            return None
+        absolute = Path(path).expanduser().resolve()
+        try:
+            return absolute.relative_to(self._path.parent).as_posix()
+        except ValueError:
+            return str(absolute)
 
     def _require_run(self, conn: duckdb.DuckDBPyConnection, run_id: str) -> None:
         if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone() is None:
@@ -565,9 +630,10 @@ class ResultStore:
         step_rows = [
             [
                 run_id, result.task_id, result.attempt, step.index, step.action.type.value,
-                json.dumps(step.action.model_dump(mode="json"), default=str), step.screenshot_path,
-                step.window_title, step.agent_seconds, step.env_seconds, step.error,
-                *_usage_values(step.usage),
+                json.dumps(step.action.model_dump(mode="json"), default=str),
+                self._stored_path(step.screenshot_path), step.window_title, step.agent_seconds,
+                step.env_seconds, step.error, *_usage_values(step.usage), step.action.reasoning,
+                *_click_point(step.action),
             ]
             for step in result.steps
         ]
@@ -730,6 +796,22 @@ class ResultStore:
                     row[name] = json.loads(row[name])
             rows.append(row)
         return rows
+
+
+def _click_point(action: BenchmarkAction) -> tuple[float | None, float | None]:
+    """Where a pointer action (or a drag's start) aimed, in screenshot pixels: its x/y, else its target box's centre.
+
+    Normalised coordinates cannot be placed without the screen size, so they give NULLs; so do
+    actions that name only an element id.
+    """
+    if action.type not in POINTER_ACTIONS and action.type is not ActionType.DRAG:
+        return None, None
+    if action.x is not None and action.y is not None and not action.normalized:
+        return float(action.x), float(action.y)
+    if action.target_bbox is not None:
+        left, top, right, bottom = action.target_bbox
+        return (left + right) / 2, (top + bottom) / 2
+    return None, None
 
 
 def _timing(timings: Mapping[str, float], stage: str) -> float | None:

@@ -203,6 +203,10 @@ class AWSProvider(VMProvider):
     name = "aws"
     settle_seconds = 3.0
 
+    @property
+    def image_id(self) -> str | None:
+        return self.settings.ami_id
+
     def __init__(
         self,
         settings: AWSSettings,

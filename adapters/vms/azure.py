@@ -243,6 +243,10 @@ class AzureProvider(VMProvider):
     name = "azure"
     settle_seconds = 3.0
 
+    @property
+    def image_id(self) -> str | None:
+        return self.settings.image_id
+
     def __init__(
         self,
         settings: AzureSettings,

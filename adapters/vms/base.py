@@ -142,6 +142,11 @@ class VMProvider(abc.ABC):
     def supported_reset_levels(self) -> set[ResetLevel]:
         return {ResetLevel.SETUP}
 
+    @property
+    def image_id(self) -> str | None:
+        """The image or snapshot this provider's VMs start from (run provenance); None if unknown."""
+        return None
+
     def stop(self, vm: VMHandle) -> None:
         """Stop paying for the VM's compute (deallocate / stop) without deleting it."""
         raise NotImplementedError(f"the {self.name} provider cannot stop a VM without deleting it")

@@ -47,6 +47,11 @@ class LocalSimulationProvider(VMProvider):
         self._processes: dict[str, LocalEnvHandle] = {}
         self._lock = threading.Lock()
 
+    @property
+    def image_id(self) -> str | None:
+        # The simulated desktop is this code's; the code revision pins it.
+        return "local-simulation"
+
     def supported_reset_levels(self) -> set[ResetLevel]:
         return {ResetLevel.SETUP, ResetLevel.SNAPSHOT, ResetLevel.REBOOT}
 

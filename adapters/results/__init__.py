@@ -1,0 +1,1 @@
+"""Reading results back out of DuckDB: metrics, run comparison, reports and export."""
