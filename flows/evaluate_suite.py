@@ -32,11 +32,12 @@ Hardening (see also flows/attempt.py for per-stage wall-clock limits):
 
 from __future__ import annotations
 
-import queue
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
+from collections import deque
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -264,10 +265,42 @@ def evaluate_task(
     return result
 
 
+class WorkQueue:
+    """The tasks left to start, and how many are running: lanes share one.
+
+    Taking a task and counting it as running happen together, so once the queue is empty the
+    running count only falls; a lane that finds no work can then retire its VM when the tasks
+    still running (and their retries) have enough VMs without it.
+    """
+
+    def __init__(self, tasks: list[BenchmarkTask]) -> None:
+        self._todo: deque[BenchmarkTask] = deque(tasks)
+        self._running = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> BenchmarkTask | None:
+        """The next task to start (now counted as running), or None when none is left."""
+        with self._lock:
+            if not self._todo:
+                return None
+            self._running += 1
+            return self._todo.popleft()
+
+    def done(self) -> None:
+        """A task taken with `take` has ended."""
+        with self._lock:
+            self._running -= 1
+
+    @property
+    def running(self) -> int:
+        with self._lock:
+            return self._running
+
+
 @task(name="vm-lane", task_run_name="lane-{lane}", cache_policy=NO_CACHE, persist_result=False)
 def run_lane(
     lane: int,
-    todo: "queue.Queue[BenchmarkTask]",
+    work: WorkQueue,
     pool: VMPool,
     ctx: AttemptContext,
     store: ResultStore,
@@ -276,18 +309,24 @@ def run_lane(
     budget: RunBudget | None = None,
     progress: RunProgress | None = None,
 ) -> list[BenchmarkResult]:
-    """Evaluate tasks from the queue, one at a time, until it is empty or the budget runs out."""
+    """Evaluate tasks from the queue, one at a time, until it is empty or the budget runs out.
+
+    A lane that runs out of work deletes one idle VM the remaining tasks do not need, so the
+    pool shrinks (and stops costing) while the last tasks finish.
+    """
     results: list[BenchmarkResult] = []
-    while True:
-        if budget is not None and budget.exhausted():
-            return results
+    while budget is None or not budget.exhausted():
+        next_task = work.take()
+        if next_task is None:
+            break
         try:
-            next_task = todo.get_nowait()
-        except queue.Empty:
-            return results
-        result = evaluate_task(next_task, pool, ctx, store, run_id, max_attempts, budget, progress)
+            result = evaluate_task(next_task, pool, ctx, store, run_id, max_attempts, budget, progress)
+        finally:
+            work.done()
         if result is not None:
             results.append(result)
+    pool.retire_spare(still_needed=work.running)
+    return results
 
 
 @flow(
@@ -438,9 +477,7 @@ def _evaluate_on_pool(
                 stage_timeouts=config.stage_timeouts,
             )
             provision_pool(pool)
-            work: queue.Queue[BenchmarkTask] = queue.Queue()
-            for t in todo:
-                work.put(t)
+            work = WorkQueue(longest_first(todo, store.expected_seconds([t.task_id for t in todo], config.agent)))
             with _pool_concurrency_limit(f"waa-pool-{run_id}", pool.size) as limit_name:
                 with concurrency(limit_name, occupy=pool.size, strict=True):
                     futures = [
@@ -448,6 +485,11 @@ def _evaluate_on_pool(
                         for lane in range(pool.size)
                     ]
                     by_id = {r.task_id: r for f in futures for r in f.result()}
+            if pool.creation_errors:
+                get_run_logger().warning(
+                    "%d VM(s) of the pool never came up; the run went on with the others: %s",
+                    len(pool.creation_errors), "; ".join(pool.creation_errors),
+                )
         return [by_id[t.task_id] for t in todo if t.task_id in by_id]
     finally:
         pool.teardown()
@@ -455,6 +497,18 @@ def _evaluate_on_pool(
             provider.close()
         else:
             provider_leftovers(provider, run_id, get_run_logger())
+
+
+def longest_first(tasks: list[BenchmarkTask], expected_seconds: dict[str, float]) -> list[BenchmarkTask]:
+    """Tasks in the order lanes should start them: never-timed tasks, then longest first.
+
+    Starting long tasks early keeps the end of a run from waiting on one long task while the
+    other lanes sit idle (longest-processing-time-first scheduling). Tasks with no recorded
+    duration go first, in their given order, since they may be long too.
+    """
+    unknown = [t for t in tasks if t.task_id not in expected_seconds]
+    known = sorted((t for t in tasks if t.task_id in expected_seconds), key=lambda t: -expected_seconds[t.task_id])
+    return unknown + known
 
 
 def new_run_id() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 from adapters.agents.scripted import ScriptedAgent, load_plans
 from adapters.benchmark import BenchmarkTask, OutcomeKind
 from adapters.episode import EpisodeLimits
-from adapters.vms.base import ResetLevel
+from adapters.vms.base import ProviderError, ResetLevel, VMHandle
 from adapters.vms.local import LocalSimulationProvider
 from adapters.vms.pool import VMPool
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
@@ -56,6 +57,60 @@ def test_pool_replaces_an_unhealthy_vm(provider: LocalSimulationProvider) -> Non
     assert pool.usage.seconds_by_vm[vm.vm_id] >= 0
     pool.teardown()
     assert pool.vms() == [] and not any(WAAClient(v.base_url).probe() for v in live)
+
+
+class _SlowOrBrokenProvider(LocalSimulationProvider):
+    """Real simulation VMs, except that chosen VM names fail to come up or come up late."""
+
+    def __init__(self, work_dir: Path, broken: set[str], slow: dict[str, float]) -> None:
+        super().__init__(work_dir)
+        self.broken, self.slow = broken, slow
+
+    def create(self, vm_id: str) -> VMHandle:
+        if any(vm_id.endswith(suffix) for suffix in self.broken):
+            raise ProviderError(f"{vm_id}: no capacity")
+        for suffix, delay in self.slow.items():
+            if vm_id.endswith(suffix):
+                time.sleep(delay)
+        return super().create(vm_id)
+
+
+def test_pool_leases_each_vm_as_soon_as_it_is_up_and_goes_on_without_broken_ones(tmp_path: Path) -> None:
+    provider = _SlowOrBrokenProvider(tmp_path / "vms", broken={"-2"}, slow={"-1": 2.0})
+    pool = VMPool(provider, size=3, run_id="prog")
+    try:
+        started = time.monotonic()
+        pool.start()
+        assert pool.wait_until_ready(1) >= 1
+        with pool.lease() as first:
+            # The slow VM is still booting: the first lease did not wait for it.
+            assert time.monotonic() - started < 1.8 and first.vm_id == "waa-prog-0"
+        assert pool.wait_until_ready(3) == 2  # every creation has ended; one failed
+        assert {vm.vm_id for vm in pool.vms()} == {"waa-prog-0", "waa-prog-1"}
+        assert pool.creation_errors == ["waa-prog-2: waa-prog-2: no capacity"]
+        urls = {vm.vm_id: vm.base_url for vm in pool.vms()}
+        # Retiring keeps what running tasks need: 2 VMs, 1 task still running -> one may go.
+        assert pool.retire_spare(still_needed=1) and not pool.retire_spare(still_needed=1)
+        assert len(pool.vms()) == 1 and pool.retired == 1
+        (gone,) = set(pool.usage.gone_at)
+        assert not WAAClient(urls[gone]).probe()
+    finally:
+        pool.teardown()
+        provider.close()
+    assert pool.vms() == []
+
+
+def test_pool_with_no_vm_up_fails_leases_clearly(tmp_path: Path) -> None:
+    provider = _SlowOrBrokenProvider(tmp_path / "vms", broken={"-0", "-1"}, slow={})
+    pool = VMPool(provider, size=2, run_id="none")
+    pool.start()
+    with pytest.raises(ProviderError, match="no VM of the pool came up: waa-none-.: .*no capacity \\(and 1 more\\)"):
+        pool.wait_until_ready(1)
+    with pytest.raises(ProviderError, match="no VM is left in the pool"):
+        with pool.lease():
+            pass
+    pool.teardown()
+    provider.close()
 
 
 def test_dead_vm_is_an_infrastructure_error(prefect_server: None, provider: LocalSimulationProvider, tmp_path: Path) -> None:
@@ -128,3 +183,12 @@ def test_run_config_refuses_snapshot_reset_on_existing_servers() -> None:
     with pytest.raises(ValueError, match="use 'setup'"):
         SuiteRunConfig(provider="existing", waa_urls=["http://127.0.0.1:5000"])
     SuiteRunConfig(provider="existing", waa_urls=["http://127.0.0.1:5000"], reset_level="setup")
+
+
+def test_longest_first_starts_untimed_tasks_then_the_longest() -> None:
+    from flows.evaluate_suite import longest_first
+
+    tasks = [CATALOG.load(task_id) for task_id in CATALOG.task_ids()[:4]]
+    a, b, c, d = (t.task_id for t in tasks)
+    ordered = longest_first(tasks, {a: 5.0, c: 20.0, d: 1.0})
+    assert [t.task_id for t in ordered] == [b, c, a, d]

@@ -537,3 +537,19 @@ def test_screenshot_paths_are_stored_relative_to_the_database(tmp_path: Path) ->
         assert rows[2]["screenshot_path"] is None
         # A box's centre; a normalised point cannot be placed without the screen size; typing has none.
         assert [(r["click_x"], r["click_y"]) for r in rows] == [(20.0, 30.0), (None, None), (None, None)]
+
+
+def test_expected_seconds_prefers_the_same_agent_and_skips_infrastructure_errors(db_path: Path) -> None:
+    with ResultStore(db_path) as store:
+        store.start_run(_run("a"))
+        store.start_run(_run("b", agent="random"))
+        timed = lambda task, seconds, outcome=OutcomeKind.SUCCESS: _result(task, outcome).model_copy(  # noqa: E731
+            update={"total_time_seconds": seconds}
+        )
+        store.record_result("a", timed("t1", 10.0))
+        store.record_result("b", timed("t1", 50.0))
+        store.record_result("b", timed("t2", 30.0))
+        store.record_result("a", timed("t3", 99.0, OutcomeKind.INFRASTRUCTURE_ERROR))
+        assert store.expected_seconds(["t1", "t2", "t3", "t4"], agent="scripted") == {"t1": 10.0, "t2": 30.0}
+        assert store.expected_seconds(["t1"], agent="other") == {"t1": 30.0}
+        assert store.expected_seconds([], agent="scripted") == {}

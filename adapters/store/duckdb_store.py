@@ -714,6 +714,33 @@ class ResultStore:
             ).fetchone()
         return int(row[0])
 
+    def expected_seconds(self, task_ids: list[str], agent: str | None = None) -> dict[str, float]:
+        """Mean wall time of each task's final attempts in earlier runs, for scheduling.
+
+        Runs of `agent` are preferred; a task only ever run by other agents gets their mean.
+        Infrastructure errors are left out (their time says nothing about the task). Tasks
+        never run are absent from the result.
+        """
+        if not task_ids:
+            return {}
+        with self._lock:
+            rows = self._connection().execute(
+                """
+                SELECT l.task_id,
+                       avg(l.total_time_seconds) FILTER (WHERE r.agent = ?) AS same_agent,
+                       avg(l.total_time_seconds) AS any_agent
+                FROM latest_task_results l JOIN runs r USING (run_id)
+                WHERE l.task_id IN (SELECT unnest(?::VARCHAR[])) AND l.outcome <> ?
+                GROUP BY l.task_id
+                """,
+                [agent, list(task_ids), _INFRA],
+            ).fetchall()
+        return {
+            task_id: float(same if same is not None else anyone)
+            for task_id, same, anyone in rows
+            if (same if same is not None else anyone) is not None
+        }
+
     def summary(self, run_id: str) -> RunSummary:
         """Headline numbers of a run, over the last attempt of each task, computed in DuckDB."""
         with self._lock:

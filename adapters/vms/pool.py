@@ -2,13 +2,19 @@
 
 The pool decides *which* VM a task gets; a Prefect global concurrency limit sized to the pool
 decides *how many* tasks run at once (DESIGN.md).
+
+VMs can come up progressively: `start()` creates them all in the background and each one is
+leasable as soon as its WAA server answers, so work begins with the first VM instead of waiting
+for the slowest (cloud VMs take minutes, and their boot times vary). At the end of a run,
+`retire_spare()` deletes VMs that no remaining task needs, so idle VMs stop costing money while
+the last tasks finish.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -34,7 +40,12 @@ class VMUsage:
 
 
 class VMPool:
-    """A fixed-size pool of VMs from one provider."""
+    """A pool of up to `size` VMs from one provider.
+
+    Thread-safe: lanes lease and return VMs concurrently. Every counter below is guarded by
+    one condition variable, which also wakes lessees when a VM is returned, comes up, or the
+    last pending creation fails.
+    """
 
     def __init__(self, provider: VMProvider, size: int, run_id: str) -> None:
         if size < 1:
@@ -42,17 +53,23 @@ class VMPool:
         self.provider = provider
         self.size = size
         self.run_id = run_id
-        self._free: queue.Queue[VMHandle] = queue.Queue()
+        self._cond = threading.Condition()
+        self._free: deque[VMHandle] = deque()
         self._all: dict[str, VMHandle] = {}
-        self._lock = threading.Lock()
+        self._pending = 0  # creations (initial or replacements) not finished yet
+        self._creation_errors: list[str] = []
+        self._creators: list[threading.Thread] = []
         self._replacements = 0
+        self._retired = 0
         self.usage = VMUsage()
 
     def _vm_name(self, index: int) -> str:
         return f"waa-{self.run_id}-{index}"
 
+    # --- bringing VMs up -------------------------------------------------------------------
+
     def provision(self) -> list[VMHandle]:
-        """Create every VM in parallel; if any fails, delete the ones made and raise."""
+        """Create every VM in parallel and wait for all; if any fails, delete the ones made and raise."""
         with ThreadPoolExecutor(max_workers=self.size) as executor:
             futures = [executor.submit(self.provider.create, self._vm_name(i)) for i in range(self.size)]
             created, errors = [], []
@@ -65,60 +82,178 @@ class VMPool:
             for vm in created:
                 self.provider.delete(vm)
             raise ProviderError(f"provisioning {self.size} VMs failed: {errors[0]}")
-        now = time.monotonic()
         for vm in created:
-            self._all[vm.vm_id] = vm
-            self.usage.alive_since[vm.vm_id] = now
-            self._free.put(vm)
+            self._add(vm)
         return created
+
+    def start(self) -> None:
+        """Begin creating every VM in the background; each is leasable as soon as it is up.
+
+        A VM that fails to come up is logged in `creation_errors` and the pool goes on with
+        the others; leases fail only when no VM is up and none is still coming.
+        """
+        with self._cond:
+            if self._creators:
+                raise RuntimeError("pool already started")
+            self._pending += self.size
+            self._creators = [
+                threading.Thread(target=self._create_in_background, args=(self._vm_name(i),), daemon=True,
+                                 name=f"create-{self._vm_name(i)}")
+                for i in range(self.size)
+            ]
+        for thread in self._creators:
+            thread.start()
+
+    def wait_until_ready(self, count: int = 1, timeout: float | None = None) -> int:
+        """Block until `count` VMs are up (or every creation has ended); return how many are up.
+
+        Raises `ProviderError` when no VM came up at all, naming the first creation error, or
+        when `timeout` passes first.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while len(self._all) < count and self._pending > 0:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise ProviderError(f"only {len(self._all)} of {count} VMs came up within {timeout} s")
+                self._cond.wait(remaining)
+            if not self._all:
+                raise ProviderError(f"no VM of the pool came up: {self._describe_errors()}")
+            return len(self._all)
+
+    def _create_in_background(self, name: str) -> None:
+        try:
+            vm = self.provider.create(name)
+        except Exception as exc:  # noqa: BLE001 - recorded; the pool goes on without this VM
+            with self._cond:
+                self._creation_errors.append(f"{name}: {exc}")
+                self._pending -= 1
+                self._cond.notify_all()
+            return
+        with self._cond:
+            self._pending -= 1
+            self._add(vm)
+
+    def _add(self, vm: VMHandle) -> None:
+        with self._cond:
+            self._all[vm.vm_id] = vm
+            self.usage.alive_since[vm.vm_id] = time.monotonic()
+            self.usage.gone_at.pop(vm.vm_id, None)
+            self._free.append(vm)
+            self._cond.notify_all()
+
+    def _describe_errors(self) -> str:
+        if not self._creation_errors:
+            return "no VM was created"
+        more = f" (and {len(self._creation_errors) - 1} more)" if len(self._creation_errors) > 1 else ""
+        return self._creation_errors[0] + more
+
+    @property
+    def creation_errors(self) -> list[str]:
+        """Why VMs failed to come up (one entry per VM), e.g. for a warning in the run's log."""
+        with self._cond:
+            return list(self._creation_errors)
+
+    # --- leasing ---------------------------------------------------------------------------
 
     @contextmanager
     def lease(self, timeout: float | None = None) -> Iterator[VMHandle]:
         """A healthy VM for the duration of the block; unhealthy VMs are replaced on return."""
-        try:
-            vm = self._free.get(timeout=timeout)
-        except queue.Empty:
-            raise ProviderError(f"no VM became free within {timeout} s") from None
+        vm = self._take(timeout)
         started = time.monotonic()
         try:
             yield vm
         finally:
             held = time.monotonic() - started
-            with self._lock:
+            with self._cond:
                 self.usage.seconds_by_vm[vm.vm_id] = self.usage.seconds_by_vm.get(vm.vm_id, 0.0) + held
             if vm.healthy:
-                self._free.put(vm)
+                with self._cond:
+                    self._free.append(vm)
+                    self._cond.notify_all()
             else:
-                self._free.put(self._replace(vm))
+                self._replace(vm)
 
-    def _replace(self, vm: VMHandle) -> VMHandle:
-        """Delete a VM that failed health checks and create a fresh one under a new name."""
-        self.provider.delete(vm)
-        with self._lock:
+    def _take(self, timeout: float | None) -> VMHandle:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not self._free:
+                if not self._all and self._pending == 0:
+                    raise ProviderError(f"no VM is left in the pool: {self._describe_errors()}")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise ProviderError(f"no VM became free within {timeout} s")
+                self._cond.wait(remaining)
+            return self._free.popleft()
+
+    def _replace(self, vm: VMHandle) -> None:
+        """Delete a VM that failed health checks and create a fresh one under a new name.
+
+        The replacement counts as pending while it is created, so lessees wait for it rather
+        than conclude the pool is empty. A failed replacement is raised to the task that
+        returned the VM and recorded in `creation_errors`.
+        """
+        with self._cond:
             self._all.pop(vm.vm_id, None)
             self.usage.gone_at.setdefault(vm.vm_id, time.monotonic())
             self._replacements += 1
+            self._pending += 1
             name = f"{self._vm_name(0).rsplit('-', 1)[0]}-r{self._replacements}"
-        fresh = self.provider.create(name)
-        with self._lock:
-            self._all[fresh.vm_id] = fresh
-            self.usage.alive_since[fresh.vm_id] = time.monotonic()
-            self.usage.gone_at.pop(fresh.vm_id, None)
-        return fresh
+        try:
+            self.provider.delete(vm)
+            fresh = self.provider.create(name)
+        except Exception as exc:
+            with self._cond:
+                self._creation_errors.append(f"{name} (replacing {vm.vm_id}): {exc}")
+                self._pending -= 1
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            self._pending -= 1
+            self._add(fresh)
+
+    def retire_spare(self, still_needed: int) -> bool:
+        """Delete one idle VM if the pool has more VMs (up or coming) than `still_needed`.
+
+        Lanes call this when the work queue is empty, with the number of tasks still running:
+        those tasks keep enough VMs for their retries. Returns whether a VM was deleted.
+        """
+        with self._cond:
+            if not self._free or len(self._all) + self._pending <= still_needed:
+                return False
+            vm = self._free.pop()
+            self._all.pop(vm.vm_id, None)
+            self._retired += 1
+        try:
+            self.provider.delete(vm)
+        finally:
+            with self._cond:
+                self.usage.gone_at.setdefault(vm.vm_id, time.monotonic())
+        return True
+
+    # --- state -----------------------------------------------------------------------------
 
     @property
     def replacements(self) -> int:
         return self._replacements
 
+    @property
+    def retired(self) -> int:
+        """VMs deleted early by `retire_spare`."""
+        return self._retired
+
     def vms(self) -> list[VMHandle]:
-        with self._lock:
+        with self._cond:
             return list(self._all.values())
 
     def teardown(self) -> None:
         """Delete every VM of the pool, in parallel; safe to call more than once.
 
-        Every deletion is attempted even when some fail; the first failure is raised at the end.
+        VMs still being created are waited for first, so none is left behind. Every deletion is
+        attempted even when some fail; the first failure is raised at the end.
         """
+        for thread in self._creators:
+            thread.join()
         vms = self.vms()
         if not vms:
             return
@@ -126,8 +261,9 @@ class VMPool:
             futures = {executor.submit(self.provider.delete, vm): vm for vm in vms}
         errors = []
         for future, vm in futures.items():
-            with self._lock:
+            with self._cond:
                 self._all.pop(vm.vm_id, None)
+                self._free = deque(v for v in self._free if v.vm_id != vm.vm_id)
                 self.usage.gone_at.setdefault(vm.vm_id, time.monotonic())
             if future.exception() is not None:
                 errors.append(f"{vm.vm_id}: {future.exception()}")

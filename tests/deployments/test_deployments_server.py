@@ -101,6 +101,8 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         "PYTHONPATH": str(PROJECT),
         "ARENA_BASELINES_FILE": str(baselines),
         "ARENA_NIGHTLY_TIMEZONE": "Europe/Berlin",
+        # Every minute, so the test sees the schedule itself start the nightly flow.
+        "ARENA_NIGHTLY_CRON": "* * * * *",
     }
     server_log, serve_log = tmp / "server.log", tmp / "serve.log"
     procs: list[subprocess.Popen[bytes]] = []
@@ -172,7 +174,7 @@ def test_deployments_schedule_trigger_and_event_run(prefect_api: dict[str, Any],
     assert len(nightly.schedules) == 1
     schedule = nightly.schedules[0]
     assert schedule.active
-    assert schedule.schedule.cron == "0 2 * * *" and schedule.schedule.timezone == "Europe/Berlin"
+    assert schedule.schedule.cron == "* * * * *" and schedule.schedule.timezone == "Europe/Berlin"
     assert nightly.parameters["baselines_file"].endswith("baselines.toml")
 
     # 3. The automation that runs on-model-update on model.updated events.
@@ -243,6 +245,45 @@ def test_deployments_schedule_trigger_and_event_run(prefect_api: dict[str, Any],
 
     second = _wait_for("a flow run of on-model-update for model test-ckpt-2", curl_run, 60)
     assert second.parameters["checkpoint"] == "s3://ckpts/2"
+
+
+def test_nightly_baselines_run_from_their_schedule(prefect_api: dict[str, Any], client: Any) -> None:
+    """The scheduler, not the test, starts nightly-baselines (every minute here); the served
+    runner runs it to completion and the baseline's run lands in DuckDB."""
+    import duckdb
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+    from prefect.client.schemas.objects import StateType
+
+    nightly = _wait_for(
+        "deployment nightly-baselines/nightly-baselines",
+        lambda: _deployment(client, "nightly-baselines/nightly-baselines"),
+        60,
+    )
+
+    def scheduled_and_finished() -> Any:
+        runs = client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[nightly.id])))
+        return next((r for r in runs if r.auto_scheduled and r.state is not None and r.state.is_final()), None)
+
+    try:
+        run = _wait_for("a scheduled nightly-baselines run to finish", scheduled_and_finished, 150, interval=2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nserve log:\n{_tail(prefect_api['serve_log'])}") from None
+    assert run.state.type == StateType.COMPLETED, f"{run.state}\nserve log:\n{_tail(prefect_api['serve_log'])}"
+    # The served process is the DuckDB file's only writer, and it may be running the next
+    # minute's run: read the file once no run of the deployment is running.
+    def idle() -> bool:
+        runs = client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[nightly.id])))
+        return not any(r.state is not None and r.state.is_running() for r in runs)
+
+    def baseline_runs() -> list[tuple[str, str]]:
+        if not idle():
+            return []
+        with duckdb.connect(str(prefect_api["tmp"] / "arena.duckdb"), read_only=True) as con:
+            return con.execute(
+                "SELECT agent, status FROM runs WHERE prefect_flow_run_id IS NOT NULL AND status = 'completed'"
+            ).fetchall()
+
+    assert ("scripted", "completed") in _wait_for("a completed baseline run in DuckDB", baseline_runs, 60, interval=1)
 
 
 def test_prefect_yaml_deploys_to_a_work_pool(prefect_api: dict[str, Any], client: Any) -> None:
