@@ -6,8 +6,9 @@ evaluation of a freshly trained model against one of them.
     baseline_config(baseline)          the SuiteRunConfig a baseline stands for
     nightly_baselines(baselines_file)  flow: run every baseline (deployment `nightly-baselines`)
     evaluate_model_update(model, ...)  flow: run a baseline's agent and suite on a new model, then
-                                       compare per-domain success rates with the latest completed
-                                       run of the baseline (deployment `on-model-update`)
+                                       compare it with the latest completed run of the baseline
+                                       (deployment `on-model-update`; the comparison itself is
+                                       adapters/results/compare.py)
 
 Relative paths inside the baselines file (`suite`, `cloud_config`, `agent_options.plans_path`,
 ...) are resolved against the directory of the baselines file; `db_path` and `artifacts_dir`,
@@ -28,6 +29,12 @@ from prefect.artifacts import create_markdown_artifact
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from adapters.agents import AGENT_NAMES, AgentOptions, build_agent
+from adapters.results.compare import (
+    RunComparison,
+    compare_runs,
+    comparison_markdown,
+    final_attempts,
+)
 from adapters.vms.base import ResetLevel
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from flows.evaluate_suite import SuiteRunConfig, run_suite
@@ -207,14 +214,23 @@ def baseline_config(baseline: Baseline, run_id: str | None = None) -> SuiteRunCo
 
 
 def model_update_config(
-    baseline: Baseline, model: str, endpoint: str | None = None, run_id: str | None = None
+    baseline: Baseline,
+    model: str,
+    endpoint: str | None = None,
+    run_id: str | None = None,
+    checkpoint: str | None = None,
 ) -> SuiteRunConfig:
-    """The baseline's run with the agent pointed at a new model (and endpoint, when given)."""
+    """The baseline's run with the agent pointed at a new model (and endpoint, when given).
+
+    The checkpoint, when announced, is recorded with the run (runs.model_checkpoint).
+    """
     config = baseline_config(baseline, run_id)
     update: dict[str, Any] = {"model": model}
     if endpoint:
         update["base_url"] = endpoint
-    return config.model_copy(update={"agent_options": config.agent_options.model_copy(update=update)})
+    return config.model_copy(
+        update={"agent_options": config.agent_options.model_copy(update=update), "model_checkpoint": checkpoint}
+    )
 
 
 def slug(text: str) -> str:
@@ -222,155 +238,13 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
 
 
-# --- comparison (pure) -----------------------------------------------------------------------
-
-
-class DomainComparison(BaseModel):
-    domain: str
-    baseline_total: int
-    baseline_successes: int
-    baseline_rate: float | None
-    new_total: int
-    new_successes: int
-    new_rate: float | None
-    delta: float | None  # new_rate - baseline_rate, when both exist
-
-
-class TaskFlip(BaseModel):
-    task_id: str
-    domain: str
-    baseline_outcome: str
-    new_outcome: str
-
-
-class RunComparison(BaseModel):
-    baseline_run_id: str
-    new_run_id: str
-    domains: list[DomainComparison]  # sorted by domain, plus a final "ALL" row
-    fixed: list[TaskFlip]  # failed in the baseline run, succeeded in the new run
-    broken: list[TaskFlip]  # succeeded in the baseline run, failed in the new run
-    only_in_baseline: list[str]
-    only_in_new: list[str]
-
-
-def _rate(successes: int, total: int) -> float | None:
-    return successes / total if total else None
-
-
-def compare_runs(
-    baseline_rows: Iterable[Mapping[str, Any]],
-    new_rows: Iterable[Mapping[str, Any]],
-    baseline_run_id: str,
-    new_run_id: str,
-) -> RunComparison:
-    """Per-domain success rates of two runs and the tasks whose success flipped.
-
-    Rows are final attempts (one per task) with at least task_id, domain, success and outcome,
-    as in DuckDB's `latest_task_results` view. Each run's rates are over its own tasks; flips
-    are over the tasks both runs have.
-    """
-    base = {r["task_id"]: r for r in baseline_rows}
-    new = {r["task_id"]: r for r in new_rows}
-    domains = sorted({(r.get("domain") or "") for r in (*base.values(), *new.values())})
-
-    def row(domain: str, b: list[Mapping[str, Any]], n: list[Mapping[str, Any]]) -> DomainComparison:
-        b_succ = sum(bool(r["success"]) for r in b)
-        n_succ = sum(bool(r["success"]) for r in n)
-        b_rate, n_rate = _rate(b_succ, len(b)), _rate(n_succ, len(n))
-        return DomainComparison(
-            domain=domain,
-            baseline_total=len(b),
-            baseline_successes=b_succ,
-            baseline_rate=b_rate,
-            new_total=len(n),
-            new_successes=n_succ,
-            new_rate=n_rate,
-            delta=None if b_rate is None or n_rate is None else n_rate - b_rate,
-        )
-
-    per_domain = [
-        row(
-            d,
-            [r for r in base.values() if (r.get("domain") or "") == d],
-            [r for r in new.values() if (r.get("domain") or "") == d],
-        )
-        for d in domains
-    ]
-    per_domain.append(row("ALL", list(base.values()), list(new.values())))
-    fixed: list[TaskFlip] = []
-    broken: list[TaskFlip] = []
-    for task_id in sorted(base.keys() & new.keys()):
-        b, n = base[task_id], new[task_id]
-        if bool(b["success"]) == bool(n["success"]):
-            continue
-        flip = TaskFlip(
-            task_id=task_id,
-            domain=n.get("domain") or b.get("domain") or "",
-            baseline_outcome=str(b.get("outcome", "")),
-            new_outcome=str(n.get("outcome", "")),
-        )
-        (fixed if n["success"] else broken).append(flip)
-    return RunComparison(
-        baseline_run_id=baseline_run_id,
-        new_run_id=new_run_id,
-        domains=per_domain,
-        fixed=fixed,
-        broken=broken,
-        only_in_baseline=sorted(base.keys() - new.keys()),
-        only_in_new=sorted(new.keys() - base.keys()),
-    )
-
-
-def _pct(rate: float | None) -> str:
-    return "n/a" if rate is None else f"{100 * rate:.1f}%"
-
-
-def comparison_markdown(comparison: RunComparison, title: str) -> str:
-    """The comparison as a markdown report (the artifact's body)."""
-    lines = [
-        f"# {title}",
-        "",
-        f"New run `{comparison.new_run_id}` vs baseline run `{comparison.baseline_run_id}` "
-        "(success rate over each task's final attempt).",
-        "",
-        "| domain | baseline | new | change |",
-        "| --- | --- | --- | --- |",
-    ]
-    for d in comparison.domains:
-        change = "n/a" if d.delta is None else f"{100 * d.delta:+.1f} pts"
-        name = f"**{d.domain}**" if d.domain == "ALL" else d.domain
-        lines.append(
-            f"| {name} | {_pct(d.baseline_rate)} ({d.baseline_successes}/{d.baseline_total}) "
-            f"| {_pct(d.new_rate)} ({d.new_successes}/{d.new_total}) | {change} |"
-        )
-    for heading, flips in (("Fixed (failed before, succeed now)", comparison.fixed),
-                           ("Broken (succeeded before, fail now)", comparison.broken)):
-        lines += ["", f"## {heading}: {len(flips)}"]
-        lines += [f"- `{f.task_id}` ({f.domain}): {f.baseline_outcome} -> {f.new_outcome}" for f in flips]
-    if comparison.only_in_baseline or comparison.only_in_new:
-        lines += [
-            "",
-            f"Tasks only in the baseline run: {len(comparison.only_in_baseline)}; "
-            f"only in the new run: {len(comparison.only_in_new)} (not counted as flips).",
-        ]
-    return "\n".join(lines) + "\n"
-
-
 # --- DuckDB reads ----------------------------------------------------------------------------
+# The comparison itself (rates, intervals, flips, the verdict and its markdown) lives in
+# adapters/results/compare.py; this module only picks the runs to compare.
 
 
 def _connect(db_path: Path) -> duckdb.DuckDBPyConnection:
     return duckdb.connect(str(Path(db_path).expanduser().resolve()), read_only=True)
-
-
-def final_attempts(db_path: Path, run_id: str) -> list[dict[str, Any]]:
-    """task_id, domain, success, outcome of each task's final attempt in a run."""
-    with _connect(db_path) as con:
-        rows = con.execute(
-            "SELECT task_id, domain, success, outcome FROM latest_task_results WHERE run_id = ? ORDER BY task_id",
-            [run_id],
-        ).fetchall()
-    return [dict(zip(("task_id", "domain", "success", "outcome"), r)) for r in rows]
 
 
 def latest_completed_run(db_path: Path, config: SuiteRunConfig, exclude_run_id: str | None = None) -> str | None:
@@ -462,14 +336,15 @@ def evaluate_model_update(
     The agent options' `model` (and `base_url`, when `endpoint` is given) are replaced. The
     comparison is against the latest completed run of the baseline's own configuration in the
     same DuckDB file; when there is none, the baseline is run first (unless
-    `run_baseline_if_missing` is false, then the flow fails). The comparison is published as
-    the markdown artifact `model-update-<baseline>` (one version per evaluated model).
+    `run_baseline_if_missing` is false, then the flow fails). The comparison (per-domain rates
+    with intervals, flips, and the exact McNemar verdict) is published as the markdown artifact
+    `model-update-<baseline>` (one version per evaluated model).
     """
     logger = get_run_logger()
     file = resolve_baselines_file(baselines_file)
     chosen = find_baseline(load_baselines(file), baseline, file)
     reference = baseline_config(chosen)
-    new_config = model_update_config(chosen, model, endpoint)
+    new_config = model_update_config(chosen, model, endpoint, checkpoint=checkpoint)
     logger.info(
         "model update: %s (endpoint %s, checkpoint %s) against baseline %s", model, endpoint, checkpoint, chosen.name
     )
@@ -497,7 +372,8 @@ def evaluate_model_update(
     create_markdown_artifact(
         key=f"model-update-{slug(chosen.name)}",
         markdown=markdown,
-        description=f"{model}: per-domain success rates vs baseline {chosen.name}",
+        description=f"{model} vs baseline {chosen.name}: {comparison.verdict}",
     )
+    logger.info("verdict: %s (p = %s)", comparison.verdict, comparison.p_value)
     logger.info("comparison\n%s", markdown)
     return comparison

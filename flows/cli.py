@@ -6,6 +6,11 @@
     arena probe URL                check a WAA server layer by layer
     arena janitor [--dry-run]      delete expired cloud resources this product created
     arena notify model-updated M   announce a new model or checkpoint (starts its evaluation)
+    arena report RUN [--html F]    a run's metrics in the terminal, and a self-contained HTML report
+    arena compare RUN_A RUN_B      per-domain deltas, flipped tasks and a paired-test verdict
+    arena export RUN --parquet D   one run's tables as Parquet files
+
+RUN may be `latest` (the most recently started run in the database).
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
+
+from adapters.results.export import ExportError
+from adapters.store.duckdb_store import StoreError
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -131,6 +139,35 @@ def _notify_model_updated(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_id(db: Path, run: str) -> str:
+    """`run`, or the most recently started run's id when `run` is "latest"."""
+    if run != "latest":
+        return run
+    from adapters.results.compare import results_connection
+
+    with results_connection(db) as conn:
+        row = conn.execute("SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 1").fetchone()
+    if row is None:
+        raise ValueError(f"{db}: no runs recorded yet")
+    return str(row[0])
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from adapters.results.compare import compare_stored_runs, render_comparison_text
+
+    comparison = compare_stored_runs(args.db, _run_id(args.db, args.baseline), _run_id(args.db, args.new))
+    print(render_comparison_text(comparison), end="")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from adapters.results.export import export_run_parquet
+
+    for path in export_run_parquet(args.db, _run_id(args.db, args.run), args.parquet, overwrite=args.overwrite):
+        print(path)
+    return 0
+
+
 def _janitor(args: argparse.Namespace) -> int:
     from flows.janitor import janitor
 
@@ -212,6 +249,20 @@ def build_parser() -> argparse.ArgumentParser:
     janitor.add_argument("--dry-run", action="store_true", help="list what would be deleted")
     janitor.set_defaults(func=_janitor)
 
+    default_db = Path("results/arena.duckdb")
+    compare = sub.add_parser("compare", help="compare two runs: per-domain deltas, flips, a paired-test verdict")
+    compare.add_argument("baseline", help="the baseline run id (or 'latest')")
+    compare.add_argument("new", help="the run compared with it (or 'latest')")
+    compare.add_argument("--db", type=Path, default=default_db, help="DuckDB file (default results/arena.duckdb)")
+    compare.set_defaults(func=_compare)
+
+    export = sub.add_parser("export", help="write one run's runs/task_results/steps tables as Parquet")
+    export.add_argument("run", help="the run id (or 'latest')")
+    export.add_argument("--parquet", type=Path, required=True, metavar="DIR", help="directory for the .parquet files")
+    export.add_argument("--db", type=Path, default=default_db, help="DuckDB file (default results/arena.duckdb)")
+    export.add_argument("--overwrite", action="store_true", help="replace existing files in DIR")
+    export.set_defaults(func=_export)
+
     tasks = sub.add_parser("tasks", help="inspect task suites")
     tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True)
     listing = tasks_sub.add_parser("list", help="tasks per domain")
@@ -240,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
         print(f"arena: error: {problems}", file=sys.stderr)
         return 2
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, StoreError, ExportError) as exc:
         print(f"arena: error: {exc}", file=sys.stderr)
         return 2
 

@@ -86,6 +86,8 @@ def test_model_update_config_replaces_model_and_endpoint(tmp_path: Path) -> None
     assert config.agent_options.model == "ckpt-9" and config.agent_options.base_url == "http://new/v1"
     assert config.agent_options.api_key_env == "K"
     assert model_update_config(baseline, "ckpt-9").agent_options.base_url == "http://old/v1"
+    assert config.model_checkpoint is None
+    assert model_update_config(baseline, "ckpt-9", checkpoint="s3://c/9").model_checkpoint == "s3://c/9"
     assert baseline_config(baseline).agent_options.model == "base"
 
 

@@ -1,0 +1,566 @@
+"""Comparing two runs: per-domain success rates, the tasks that flipped, and a noise-aware verdict.
+
+    compare_runs(baseline_rows, new_rows, baseline_run_id, new_run_id)   pure, from result rows
+    compare_stored_runs(source, baseline_run_id, new_run_id)             from a DuckDB file/store
+    comparison_markdown(comparison, title)                               report (Prefect artifact)
+    render_comparison_text(comparison)                                   report (terminal)
+
+Rules, all over each task's *final* attempt (the `latest_task_results` view):
+
+- Each run's success rate counts all its tasks (as the run summary's "rate" does), with a
+  Wilson 95% interval.
+- A task whose final outcome is an infrastructure error in either run says nothing about the
+  agent: it is left out of the flips, the paired delta and the test, and listed on its own.
+- The remaining tasks both runs have are *paired*: the delta is the paired difference over them
+  with Newcombe's paired interval, and the verdict comes from the exact McNemar test on their
+  discordant pairs (fixed vs broken). A domain whose runs share no such task, but where both
+  runs have tasks, gets an unpaired delta over each run's tasks (infrastructure errors left
+  out) with Newcombe's interval for independent proportions. `delta_method` says which.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import duckdb
+from pydantic import BaseModel, Field
+
+from adapters.benchmark import OutcomeKind
+from adapters.results.stats import (
+    Interval,
+    mcnemar_exact,
+    paired_difference_interval,
+    unpaired_difference_interval,
+)
+from adapters.store.duckdb_store import ResultStore, StoreError, wilson_interval
+
+Verdict = Literal["improved", "regressed", "no significant difference", "insufficient data"]
+DeltaMethod = Literal["paired", "unpaired"]
+
+DEFAULT_ALPHA = 0.05
+ALL = "ALL"
+_INFRA = OutcomeKind.INFRASTRUCTURE_ERROR.value
+_REQUIRED = ("task_id", "success", "outcome")
+
+
+class UnknownRunError(StoreError):
+    """A run id asked for is not in the results database; the message names it and the file."""
+
+
+class DomainComparison(BaseModel):
+    """One domain (or "ALL") of a comparison: both runs' rates and the change between them."""
+
+    domain: str
+    baseline_total: int
+    baseline_successes: int
+    baseline_rate: float | None
+    baseline_ci95: Interval | None  # Wilson
+    baseline_infrastructure_errors: int = 0
+    new_total: int
+    new_successes: int
+    new_rate: float | None
+    new_ci95: Interval | None  # Wilson
+    new_infrastructure_errors: int = 0
+    # Tasks in both runs with no infrastructure error in either: the paired delta's tasks.
+    paired_tasks: int = 0
+    delta: float | None  # new minus baseline; see delta_method for over which tasks
+    delta_ci95: Interval | None = None
+    delta_method: DeltaMethod | None = None
+    # The tasks and successes of each run that the delta is computed over: the paired tasks,
+    # or for an unpaired delta each run's tasks without infrastructure errors.
+    delta_baseline_tasks: int = 0
+    delta_baseline_successes: int = 0
+    delta_new_tasks: int = 0
+    delta_new_successes: int = 0
+
+    @property
+    def delta_basis(self) -> str:
+        """Over which tasks the delta was computed, for reports ("paired, 5 tasks: 5 -> 4 solved")."""
+        if self.delta_method == "paired":
+            plural = "s" if self.paired_tasks != 1 else ""
+            return (
+                f"paired, {self.paired_tasks} task{plural}: "
+                f"{self.delta_baseline_successes} -> {self.delta_new_successes} solved"
+            )
+        if self.delta_method == "unpaired":
+            return (
+                f"unpaired: {self.delta_baseline_successes}/{self.delta_baseline_tasks} vs "
+                f"{self.delta_new_successes}/{self.delta_new_tasks} solved"
+            )
+        return "no tasks to compare"
+
+
+class TaskFlip(BaseModel):
+    """A task both runs have, with its final outcome in each."""
+
+    task_id: str
+    domain: str
+    baseline_outcome: str
+    new_outcome: str
+
+
+class PairedTest(BaseModel):
+    """The exact McNemar test over the paired tasks (both runs, no infrastructure error)."""
+
+    method: str = "exact McNemar (two-sided binomial on the discordant pairs)"
+    alpha: float
+    paired_tasks: int
+    both_succeeded: int
+    both_failed: int
+    fixed: int  # failed in the baseline run, succeeded in the new run
+    broken: int  # succeeded in the baseline run, failed in the new run
+    p_value: float | None  # None when there are no paired tasks
+    verdict: Verdict
+
+
+class RunComparison(BaseModel):
+    """Two runs side by side; `verdict` says whether the new run is better, worse or the same."""
+
+    baseline_run_id: str
+    new_run_id: str
+    domains: list[DomainComparison]  # sorted by domain, plus a final "ALL" row
+    fixed: list[TaskFlip]  # failed in the baseline run, succeeded in the new run
+    broken: list[TaskFlip]  # succeeded in the baseline run, failed in the new run
+    # Tasks in both runs whose final outcome is an infrastructure error in either run: not
+    # evidence about the agent, so neither flips nor part of the test.
+    infrastructure_errors: list[TaskFlip] = Field(default_factory=list)
+    only_in_baseline: list[str]
+    only_in_new: list[str]
+    test: PairedTest
+
+    @property
+    def verdict(self) -> Verdict:
+        """improved / regressed / no significant difference / insufficient data."""
+        return self.test.verdict
+
+    @property
+    def p_value(self) -> float | None:
+        """The exact McNemar p-value over the paired tasks (None without paired tasks)."""
+        return self.test.p_value
+
+    @property
+    def overall(self) -> DomainComparison:
+        """The "ALL" row."""
+        return self.domains[-1]
+
+
+# --- the comparison (pure) -------------------------------------------------------------------
+
+
+def _final_rows(rows: Iterable[Mapping[str, Any]], run_id: str) -> dict[str, Mapping[str, Any]]:
+    """Rows by task id, one per task. Several attempts of a task are allowed when every row has
+    an `attempt`: the highest one is the task's final attempt."""
+    by_task: dict[str, Mapping[str, Any]] = {}
+    for index, row in enumerate(rows):
+        missing = [key for key in _REQUIRED if key not in row]
+        if missing:
+            raise ValueError(
+                f"result row #{index + 1} of run {run_id!r} lacks {', '.join(missing)}; rows need "
+                f"{', '.join(_REQUIRED)} (and domain), as in the latest_task_results view"
+            )
+        task_id = str(row["task_id"])
+        earlier = by_task.get(task_id)
+        if earlier is None:
+            by_task[task_id] = row
+            continue
+        if row.get("attempt") is None or earlier.get("attempt") is None or row["attempt"] == earlier["attempt"]:
+            raise ValueError(
+                f"run {run_id!r} has task {task_id!r} more than once without distinct attempt "
+                "numbers; pass one row per task (latest_task_results) or rows with `attempt`"
+            )
+        if int(row["attempt"]) > int(earlier["attempt"]):
+            by_task[task_id] = row
+    return by_task
+
+
+def _domain(row: Mapping[str, Any]) -> str:
+    return str(row.get("domain") or "")
+
+
+def _is_infra(row: Mapping[str, Any]) -> bool:
+    return str(row["outcome"]) == _INFRA
+
+
+def _rate(successes: int, total: int) -> float | None:
+    return successes / total if total else None
+
+
+def _domain_row(
+    domain: str,
+    base: list[Mapping[str, Any]],
+    new: list[Mapping[str, Any]],
+    pairs: list[tuple[Mapping[str, Any], Mapping[str, Any]]],
+) -> DomainComparison:
+    """One row of the table; `pairs` are this domain's paired tasks (baseline row, new row)."""
+    b_succ = sum(bool(r["success"]) for r in base)
+    n_succ = sum(bool(r["success"]) for r in new)
+    row: dict[str, Any] = {
+        "domain": domain,
+        "baseline_total": len(base),
+        "baseline_successes": b_succ,
+        "baseline_rate": _rate(b_succ, len(base)),
+        "baseline_ci95": wilson_interval(b_succ, len(base)),
+        "baseline_infrastructure_errors": sum(_is_infra(r) for r in base),
+        "new_total": len(new),
+        "new_successes": n_succ,
+        "new_rate": _rate(n_succ, len(new)),
+        "new_ci95": wilson_interval(n_succ, len(new)),
+        "new_infrastructure_errors": sum(_is_infra(r) for r in new),
+        "paired_tasks": len(pairs),
+        "delta": None,
+    }
+    if pairs:
+        both = sum(bool(b["success"]) and bool(n["success"]) for b, n in pairs)
+        fixed = sum(not b["success"] and bool(n["success"]) for b, n in pairs)
+        broken = sum(bool(b["success"]) and not n["success"] for b, n in pairs)
+        neither = len(pairs) - both - fixed - broken
+        # Newcombe's first proportion is the new run's: delta = new - baseline = (fixed - broken) / n.
+        row.update(
+            delta=(fixed - broken) / len(pairs),
+            delta_ci95=paired_difference_interval(both, fixed, broken, neither),
+            delta_method="paired",
+            delta_baseline_tasks=len(pairs),
+            delta_baseline_successes=both + broken,
+            delta_new_tasks=len(pairs),
+            delta_new_successes=both + fixed,
+        )
+        return DomainComparison(**row)
+    base_clean = [r for r in base if not _is_infra(r)]
+    new_clean = [r for r in new if not _is_infra(r)]
+    if base_clean and new_clean:
+        # Both runs have tasks here but share none: compare them as independent samples.
+        b_clean = sum(bool(r["success"]) for r in base_clean)
+        n_clean = sum(bool(r["success"]) for r in new_clean)
+        row.update(
+            delta=n_clean / len(new_clean) - b_clean / len(base_clean),
+            delta_ci95=unpaired_difference_interval(n_clean, len(new_clean), b_clean, len(base_clean)),
+            delta_method="unpaired",
+            delta_baseline_tasks=len(base_clean),
+            delta_baseline_successes=b_clean,
+            delta_new_tasks=len(new_clean),
+            delta_new_successes=n_clean,
+        )
+    return DomainComparison(**row)
+
+
+def _verdict(fixed: int, broken: int, paired: int, alpha: float) -> tuple[float | None, Verdict]:
+    if paired == 0:
+        return None, "insufficient data"
+    p_value = mcnemar_exact(broken, fixed)
+    if p_value >= alpha:
+        return p_value, "no significant difference"
+    return p_value, "improved" if fixed > broken else "regressed"
+
+
+def compare_runs(
+    baseline_rows: Iterable[Mapping[str, Any]],
+    new_rows: Iterable[Mapping[str, Any]],
+    baseline_run_id: str,
+    new_run_id: str,
+    *,
+    alpha: float = DEFAULT_ALPHA,
+) -> RunComparison:
+    """Compare two runs from their result rows (see the module docstring for the rules).
+
+    Rows need task_id, success and outcome (domain is used when present): one per task, as in
+    DuckDB's `latest_task_results` view, or every attempt when each row has `attempt` (the
+    highest counts). The verdict is "improved" / "regressed" when the exact McNemar test on the
+    paired tasks gives p < `alpha`, "no significant difference" otherwise, and "insufficient
+    data" when the runs have no paired task.
+    """
+    if not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
+        raise ValueError(f"alpha must be between 0 and 1 (exclusive), got {alpha!r}")
+    base = _final_rows(baseline_rows, baseline_run_id)
+    new = _final_rows(new_rows, new_run_id)
+
+    fixed: list[TaskFlip] = []
+    broken: list[TaskFlip] = []
+    infra: list[TaskFlip] = []
+    pairs: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
+    for task_id in sorted(base.keys() & new.keys()):
+        b, n = base[task_id], new[task_id]
+        flip = TaskFlip(
+            task_id=task_id,
+            domain=_domain(n) or _domain(b),
+            baseline_outcome=str(b["outcome"]),
+            new_outcome=str(n["outcome"]),
+        )
+        if _is_infra(b) or _is_infra(n):
+            infra.append(flip)
+            continue
+        pairs.append((b, n))
+        if bool(b["success"]) != bool(n["success"]):
+            (fixed if n["success"] else broken).append(flip)
+
+    def pair_domain(pair: tuple[Mapping[str, Any], Mapping[str, Any]]) -> str:
+        return _domain(pair[1]) or _domain(pair[0])
+
+    domains = sorted({_domain(r) for r in (*base.values(), *new.values())})
+    rows = [
+        _domain_row(
+            d,
+            [r for r in base.values() if _domain(r) == d],
+            [r for r in new.values() if _domain(r) == d],
+            [p for p in pairs if pair_domain(p) == d],
+        )
+        for d in domains
+    ]
+    rows.append(_domain_row(ALL, list(base.values()), list(new.values()), pairs))
+
+    both = sum(bool(b["success"]) and bool(n["success"]) for b, n in pairs)
+    p_value, verdict = _verdict(len(fixed), len(broken), len(pairs), alpha)
+    return RunComparison(
+        baseline_run_id=baseline_run_id,
+        new_run_id=new_run_id,
+        domains=rows,
+        fixed=fixed,
+        broken=broken,
+        infrastructure_errors=infra,
+        only_in_baseline=sorted(base.keys() - new.keys()),
+        only_in_new=sorted(new.keys() - base.keys()),
+        test=PairedTest(
+            alpha=alpha,
+            paired_tasks=len(pairs),
+            both_succeeded=both,
+            both_failed=len(pairs) - both - len(fixed) - len(broken),
+            fixed=len(fixed),
+            broken=len(broken),
+            p_value=p_value,
+            verdict=verdict,
+        ),
+    )
+
+
+# --- reading from DuckDB ---------------------------------------------------------------------
+
+ResultsSource = ResultStore | str | Path
+"""Where results are: an open `ResultStore`, or the path of its DuckDB file."""
+
+# The final attempt of each task of one run, as the latest_task_results view defines it.
+# Filtering by run before numbering attempts keeps the work proportional to the run without
+# relying on DuckDB to push the filter through the view's window.
+_FINAL_ATTEMPTS_SQL = """
+    SELECT task_id, domain, attempt, success, outcome
+    FROM task_results
+    WHERE run_id = ?
+    QUALIFY row_number() OVER (PARTITION BY task_id ORDER BY attempt DESC) = 1
+    ORDER BY task_id
+"""
+
+
+@contextlib.contextmanager
+def results_connection(source: ResultsSource) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A DuckDB connection to the results in `source`, closed on exit.
+
+    A path is opened read-only (so a missing or mistyped file is an error, never a new empty
+    database, and other readers are not locked out). For an open `ResultStore`, or a file this
+    process already has open read-write, the connection is a second one on that same database:
+    DuckDB shares one database per file within a process and refuses to open it again with a
+    different configuration. Either way it sees everything committed so far; it is only read.
+    """
+    if isinstance(source, ResultStore):
+        path = source.path
+        connect_modes: tuple[bool, ...] = (False,)
+    elif isinstance(source, (str, Path)):
+        path = Path(source).expanduser().resolve()
+        if not path.is_file():
+            raise StoreError(f"{path}: results database not found")
+        connect_modes = (True, False)
+    else:
+        raise TypeError(f"source must be a ResultStore or a DuckDB file path, got {type(source).__name__}")
+    conn: duckdb.DuckDBPyConnection | None = None
+    refused: duckdb.Error | None = None
+    for read_only in connect_modes:
+        try:
+            conn = duckdb.connect(str(path), read_only=read_only)
+            break
+        except duckdb.ConnectionException as exc:
+            # Open read-write elsewhere in this process: join that database (next mode).
+            refused = exc
+        except duckdb.Error as exc:
+            raise StoreError(f"{path}: cannot open the results database: {exc}") from exc
+    if conn is None:
+        raise StoreError(f"{path}: cannot open the results database: {refused}") from refused
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def require_runs(conn: duckdb.DuckDBPyConnection, run_ids: Iterable[str], where: Path | str) -> None:
+    """Raise `UnknownRunError` naming every run id of `run_ids` that is not in the runs table."""
+    try:
+        missing = [
+            run_id
+            for run_id in dict.fromkeys(run_ids)
+            if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone() is None
+        ]
+    except duckdb.CatalogException as exc:
+        raise StoreError(f"{where}: not a results database (no runs table): {exc}") from exc
+    if missing:
+        names = ", ".join(repr(r) for r in missing)
+        raise UnknownRunError(f"{where}: unknown run{'s' if len(missing) > 1 else ''} {names}")
+
+
+def source_path(source: ResultsSource) -> Path:
+    """The absolute path of the DuckDB file behind `source` (for messages)."""
+    return source.path if isinstance(source, ResultStore) else Path(source).expanduser().resolve()
+
+
+def final_attempts(source: ResultsSource, run_id: str) -> list[dict[str, Any]]:
+    """task_id, domain, attempt, success, outcome of each task's final attempt in a run.
+
+    Raises `UnknownRunError` when the run is not in the database.
+    """
+    with results_connection(source) as conn:
+        require_runs(conn, [run_id], source_path(source))
+        cursor = conn.execute(_FINAL_ATTEMPTS_SQL, [run_id])
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, values)) for values in cursor.fetchall()]
+
+
+def compare_stored_runs(
+    source: ResultsSource, baseline_run_id: str, new_run_id: str, *, alpha: float = DEFAULT_ALPHA
+) -> RunComparison:
+    """Compare two runs stored in one results database (a `ResultStore` or its file's path).
+
+    Raises `UnknownRunError` naming every run id that is not in the database.
+    """
+    with results_connection(source) as conn:
+        require_runs(conn, [baseline_run_id, new_run_id], source_path(source))
+        rows: list[list[dict[str, Any]]] = []
+        for run_id in (baseline_run_id, new_run_id):
+            cursor = conn.execute(_FINAL_ATTEMPTS_SQL, [run_id])
+            names = [d[0] for d in cursor.description]
+            rows.append([dict(zip(names, values)) for values in cursor.fetchall()])
+    return compare_runs(rows[0], rows[1], baseline_run_id, new_run_id, alpha=alpha)
+
+
+# --- rendering -------------------------------------------------------------------------------
+
+
+def _pct(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{100 * rate:.1f}%"
+
+
+def _pts(delta: float | None) -> str:
+    return "n/a" if delta is None else f"{100 * delta:+.1f} pts"
+
+
+def _interval_pct(ci: Interval | None) -> str:
+    # The same "[56.6%, 100.0%]" form as the run reports (adapters/results/report_text.py).
+    return "n/a" if ci is None else f"[{100 * ci[0]:.1f}%, {100 * ci[1]:.1f}%]"
+
+
+def _interval_pts(ci: Interval | None) -> str:
+    return "n/a" if ci is None else f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}] pts"
+
+
+def format_p_value(p_value: float | None) -> str:
+    """A p-value for people: 3 decimals, scientific notation below 0.001, n/a when absent."""
+    if p_value is None:
+        return "n/a"
+    return f"{p_value:.2e}" if p_value < 0.001 else f"{p_value:.3f}"
+
+
+def verdict_sentence(comparison: RunComparison) -> str:
+    """The verdict and the evidence behind it, in one sentence."""
+    t = comparison.test
+    if t.verdict == "insufficient data":
+        return (
+            "insufficient data: the runs have no task in common without an infrastructure error, "
+            "so there is nothing to pair"
+        )
+    relation = "<" if t.p_value is not None and t.p_value < t.alpha else ">="
+    return (
+        f"{t.verdict} (exact McNemar over {t.paired_tasks} paired tasks: {t.fixed} fixed, "
+        f"{t.broken} broken, {t.both_succeeded} solved by both, {t.both_failed} by neither; "
+        f"p = {format_p_value(t.p_value)} {relation} alpha {t.alpha:g})"
+    )
+
+
+def comparison_markdown(comparison: RunComparison, title: str) -> str:
+    """The comparison as a markdown report (the model-update artifact's body)."""
+    lines = [
+        f"# {title}",
+        "",
+        f"New run `{comparison.new_run_id}` vs baseline run `{comparison.baseline_run_id}` "
+        "(success rate over each task's final attempt).",
+        "",
+        f"**Verdict: {verdict_sentence(comparison)}**",
+        "",
+        "| domain | baseline | new | change | 95% CI of change | basis | baseline 95% CI | new 95% CI |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for d in comparison.domains:
+        name = f"**{d.domain}**" if d.domain == ALL else d.domain
+        lines.append(
+            f"| {name} | {_pct(d.baseline_rate)} ({d.baseline_successes}/{d.baseline_total}) "
+            f"| {_pct(d.new_rate)} ({d.new_successes}/{d.new_total}) | {_pts(d.delta)} "
+            f"| {_interval_pts(d.delta_ci95)} | {d.delta_basis} "
+            f"| {_interval_pct(d.baseline_ci95)} | {_interval_pct(d.new_ci95)} |"
+        )
+    lines += [
+        "",
+        "Rates count every task of each run, with Wilson 95% intervals. The change is the paired "
+        "difference over the tasks both runs have (Newcombe's paired interval), or, where the runs "
+        "share no task, the difference of independent proportions (Newcombe's interval for "
+        "those); infrastructure errors are left out of the change and the test.",
+    ]
+    for heading, flips in (("Fixed (failed before, succeed now)", comparison.fixed),
+                           ("Broken (succeeded before, fail now)", comparison.broken)):
+        lines += ["", f"## {heading}: {len(flips)}"]
+        lines += [f"- `{f.task_id}` ({f.domain}): {f.baseline_outcome} -> {f.new_outcome}" for f in flips]
+    if comparison.infrastructure_errors:
+        lines += ["", f"## Infrastructure errors, not compared: {len(comparison.infrastructure_errors)}"]
+        lines += [
+            f"- `{f.task_id}` ({f.domain}): {f.baseline_outcome} -> {f.new_outcome}"
+            for f in comparison.infrastructure_errors
+        ]
+    if comparison.only_in_baseline or comparison.only_in_new:
+        lines += [
+            "",
+            f"Tasks only in the baseline run: {len(comparison.only_in_baseline)}; "
+            f"only in the new run: {len(comparison.only_in_new)} (not counted as flips).",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def render_comparison_text(comparison: RunComparison) -> str:
+    """The comparison as plain text for a terminal (what `arena compare` prints)."""
+    header = (
+        f"{'domain':<20} {'baseline':>16} {'95% CI':>16} {'new':>16} {'95% CI':>16} "
+        f"{'change':>11} {'95% CI of change':>20}  basis"
+    )
+    rule = "-" * len(header)
+    lines = [
+        f"Run comparison: new '{comparison.new_run_id}' vs baseline '{comparison.baseline_run_id}'",
+        f"Verdict: {verdict_sentence(comparison)}",
+        "",
+        header,
+        rule,
+    ]
+    for d in comparison.domains:
+        if d.domain == ALL:
+            lines.append(rule)
+        lines.append(
+            f"{d.domain or '(none)':<20} "
+            f"{f'{_pct(d.baseline_rate)} ({d.baseline_successes}/{d.baseline_total})':>16} "
+            f"{_interval_pct(d.baseline_ci95):>16} "
+            f"{f'{_pct(d.new_rate)} ({d.new_successes}/{d.new_total})':>16} "
+            f"{_interval_pct(d.new_ci95):>16} {_pts(d.delta):>11} {_interval_pts(d.delta_ci95):>20}  "
+            f"{d.delta_basis}"
+        )
+    for heading, flips in (("fixed (failed before, succeed now)", comparison.fixed),
+                           ("broken (succeeded before, fail now)", comparison.broken),
+                           ("infrastructure errors, not compared", comparison.infrastructure_errors)):
+        lines += ["", f"{heading}: {len(flips)}"]
+        lines += [f"  {f.task_id} ({f.domain}): {f.baseline_outcome} -> {f.new_outcome}" for f in flips]
+    if comparison.only_in_baseline:
+        lines += ["", f"only in the baseline run: {', '.join(comparison.only_in_baseline)}"]
+    if comparison.only_in_new:
+        lines += ["", f"only in the new run: {', '.join(comparison.only_in_new)}"]
+    return "\n".join(lines) + "\n"

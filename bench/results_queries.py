@@ -1,0 +1,251 @@
+"""Result queries on a large results database (target: each < 200 ms).
+
+Builds, in a temporary directory, a DuckDB file with the real schema (created by `ResultStore`)
+and fills it with synthetic data through DuckDB's own generators (`range()` and `hash()`;
+row-by-row inserts would take hours):
+- 625 runs of 25 models (agents scripted, random, openai, anthropic, claude, demo, ...) on a
+  150-task suite in 12 WAA domains, started an hour apart;
+- 100,000 task results: every (run, task) has attempt 1, and one in 15 of them failed on
+  infrastructure and has attempt 2. Final outcomes follow each model's skill and each domain's
+  difficulty: success, agent_failure, timeout, setup_failure, evaluation_error and a few
+  infrastructure errors left after the retry;
+- 2,000,000 steps (5 to 35 per attempt, 20 on average) with JSON actions and screenshot paths.
+It then times, best of 5 after one warm-up run, through the code the product uses:
+  (a) success rate by model and domain over latest_task_results (SQL as in the README),
+  (b) a two-run comparison, `compare_stored_runs` (per-domain deltas with intervals, flips,
+      the McNemar verdict), from an open `ResultStore` and from the file's path,
+  (c) the steps of one task, `ResultStore.steps`,
+and prints each against the 200 ms target (MET / NOT MET), and the generation time.
+It prints numbers; it asserts nothing.
+
+    python bench/results_queries.py [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TARGET_MS = 200.0
+REPEATS = 5
+RUNS = 625
+MODELS = 25
+TASKS = 150
+RETRY_EVERY = 15  # one (run, task) pair in 15 is retried after an infrastructure error
+DOMAINS = [
+    "chrome", "clock", "file_explorer", "libreoffice_calc", "libreoffice_writer", "microsoft_paint",
+    "msedge", "notepad", "settings", "vlc", "vs_code", "windows_calc",
+]
+AGENTS = ["openai", "anthropic", "claude", "demo", "http", "scripted", "random"]
+
+# A uniform number in [0, 1) from a hash of the given SQL expressions: deterministic, unlike
+# random() under DuckDB's parallel execution, so every build of the file is the same.
+_UNIFORM = "(hash({}) % 1000003) / 1000003.0"
+
+SUCCESS_BY_MODEL_AND_DOMAIN = """
+SELECT coalesce(r.model_id, r.agent) AS model, t.domain,
+       count(*) AS tasks, round(100 * avg(t.success::INT), 1) AS success_pct
+FROM latest_task_results t JOIN runs r USING (run_id)
+GROUP BY ALL
+ORDER BY ALL
+"""
+
+
+def _generate(db: Path) -> dict[str, float]:
+    """Create the schema with ResultStore, then fill it; returns seconds per table."""
+    import duckdb
+
+    from adapters.store.duckdb_store import ResultStore
+
+    ResultStore(db).close()
+    seconds: dict[str, float] = {}
+    domain_list = "[" + ", ".join(f"'{d}'" for d in DOMAINS) + "]"
+    with duckdb.connect(str(db)) as con:
+        started = time.perf_counter()
+        con.execute(
+            f"""
+            INSERT INTO runs (run_id, started_at, finished_at, status, agent, agent_config, model_id,
+                              suite, suite_hash, task_count, pool_size, provider, reset_level,
+                              code_revision, environment)
+            SELECT printf('run-%04d', i),
+                   TIMESTAMP '2025-01-01' + to_hours(i),
+                   TIMESTAMP '2025-01-01' + to_hours(i) + to_minutes(40),
+                   'completed',
+                   {_agents_sql()}[i % {MODELS} % {len(AGENTS)} + 1],
+                   json_object('temperature', 0.0, 'max_tokens', 1024),
+                   CASE WHEN i % {MODELS} % {len(AGENTS)} + 1 IN (6, 7) THEN NULL
+                        ELSE printf('org/model-%02d', i % {MODELS}) END,
+                   'waa/test_all', 'suite-hash-1', {TASKS}, 8, 'azure', 'snapshot', 'bench', 'waa-image-1'
+            FROM range({RUNS}) AS r(i)
+            """
+        )
+        seconds["runs"] = time.perf_counter() - started
+
+        started = time.perf_counter()
+        skill = _UNIFORM.format("m, 'skill'")
+        difficulty = _UNIFORM.format("d, 'difficulty'")
+        draw = _UNIFORM.format("pair, attempt, 'outcome'")
+        kind = _UNIFORM.format("pair, attempt, 'kind'")
+        con.execute(
+            f"""
+            INSERT INTO task_results (run_id, task_id, domain, attempt, outcome, success, score,
+                                      infeasible, num_steps, error, reason, total_time_seconds,
+                                      reset_seconds, setup_seconds, episode_seconds, evaluate_seconds,
+                                      agent_seconds, env_seconds, vm_seconds, vm_id, recorded_at,
+                                      timings, model_calls, input_tokens, output_tokens, cost_usd,
+                                      agent_details)
+            WITH pairs AS (
+                SELECT r * {TASKS} + t AS pair, r, t, r % {MODELS} AS m, t % {len(DOMAINS)} AS d
+                FROM range({RUNS}) AS runs_(r), range({TASKS}) AS tasks_(t)
+            ),
+            attempts AS (
+                SELECT *, 1 AS attempt FROM pairs
+                UNION ALL
+                SELECT *, 2 AS attempt FROM pairs WHERE pair % {RETRY_EVERY} = 7
+            ),
+            drawn AS (
+                SELECT *,
+                       row_number() OVER (ORDER BY pair, attempt) - 1 AS n,
+                       CASE
+                           WHEN attempt = 1 AND pair % {RETRY_EVERY} = 7 THEN 'infrastructure_error'
+                           -- success probability: model skill (5-75 %) times domain ease (0.4-1.0)
+                           WHEN {draw} < (0.05 + 0.7 * {skill}) * (0.4 + 0.6 * {difficulty}) THEN 'success'
+                           WHEN {kind} < 0.75 THEN 'agent_failure'
+                           WHEN {kind} < 0.85 THEN 'timeout'
+                           WHEN {kind} < 0.92 THEN 'setup_failure'
+                           WHEN {kind} < 0.96 THEN 'evaluation_error'
+                           ELSE 'infrastructure_error'
+                       END AS outcome
+                FROM attempts
+            )
+            SELECT printf('run-%04d', r),
+                   printf('task-%03d', t),
+                   {domain_list}[d + 1],
+                   attempt,
+                   outcome,
+                   outcome = 'success',
+                   CASE WHEN outcome = 'success' THEN 1.0 ELSE 0.0 END,
+                   t % 13 = 0,
+                   -- 20 +/- k steps, alternating, so the total is exactly 20 per attempt
+                   CASE WHEN n % 2 = 0 THEN 20 + (n // 2) % 16 ELSE 20 - (n // 2) % 16 END,
+                   CASE WHEN outcome NOT IN ('success', 'agent_failure') THEN 'synthetic ' || outcome END,
+                   'synthetic result',
+                   60 + pair % 240, 5.0, 3.0, 45 + pair % 200, 2.0, 30.0, 15 + pair % 170,
+                   90 + pair % 260,
+                   printf('vm-%02d', pair % 8),
+                   TIMESTAMP '2025-01-01' + to_hours(r) + to_seconds(t * 10 + attempt),
+                   json_object('reset_seconds', 5.0, 'setup_seconds', 3.0),
+                   20, 20 * 3000, 20 * 150, 0.02,
+                   json_object('demo_id', printf('demo-%02d', t % 40))
+            FROM drawn
+            ORDER BY r, t, attempt
+            """
+        )
+        seconds["task_results"] = time.perf_counter() - started
+
+        started = time.perf_counter()
+        con.execute(
+            """
+            INSERT INTO steps (run_id, task_id, attempt, step_index, action_type, action,
+                               screenshot_path, window_title, agent_seconds, env_seconds, error,
+                               model_calls, input_tokens, output_tokens, cost_usd)
+            SELECT run_id, task_id, attempt, step_index,
+                   ['click', 'type', 'key', 'scroll', 'double_click'][step_index % 5 + 1],
+                   json_object('type', ['click', 'type', 'key', 'scroll', 'double_click'][step_index % 5 + 1],
+                               'x', 100 + step_index, 'y', 200 + step_index, 'text', NULL),
+                   printf('artifacts/%s/%s/attempt-%d/step_%03d.png', run_id, task_id, attempt, step_index),
+                   'Untitled - Notepad',
+                   1.5, 0.8, NULL, 1, 3000, 150, 0.001
+            FROM (SELECT run_id, task_id, attempt, unnest(range(num_steps)) AS step_index FROM task_results)
+            ORDER BY run_id, task_id, attempt, step_index
+            """
+        )
+        seconds["steps"] = time.perf_counter() - started
+        con.execute("CHECKPOINT")
+    return seconds
+
+
+def _agents_sql() -> str:
+    return "[" + ", ".join(f"'{a}'" for a in AGENTS) + "]"
+
+
+def _best_ms(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """Best of REPEATS wall times in ms after one warm-up call, and the last result."""
+    result = fn()
+    times = []
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        result = fn()
+        times.append((time.perf_counter() - started) * 1000)
+    return min(times), result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", type=Path, help="build the database in this directory and keep it")
+    args = parser.parse_args()
+
+    import duckdb
+
+    from adapters.results.compare import compare_stored_runs
+    from adapters.store.duckdb_store import ResultStore
+
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = args.keep or Path(tmp)
+        directory.mkdir(parents=True, exist_ok=True)
+        db = directory / "bench.duckdb"
+        db.unlink(missing_ok=True)
+        started = time.perf_counter()
+        parts = _generate(db)
+        generation = time.perf_counter() - started
+        with duckdb.connect(str(db), read_only=True) as con:
+            counts = {
+                table: con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # type: ignore[index]
+                for table in ("runs", "task_results", "steps", "latest_task_results")
+            }
+            outcomes = con.execute(
+                "SELECT outcome, count(*) FROM latest_task_results GROUP BY ALL ORDER BY 2 DESC"
+            ).fetchall()
+        size_mb = db.stat().st_size / 1e6
+        print(f"generated {db.name} ({size_mb:.0f} MB) in {generation:.1f} s "
+              f"(runs {parts['runs']:.2f} s, task_results {parts['task_results']:.2f} s, steps {parts['steps']:.2f} s)")
+        print("rows: " + ", ".join(f"{table} {n:,}" for table, n in counts.items()))
+        total_final = sum(n for _, n in outcomes)
+        print("final outcomes: " + ", ".join(f"{o} {100 * n / total_final:.1f}%" for o, n in outcomes))
+        print()
+
+        base_run, new_run, task = "run-0600", "run-0601", "task-042"
+        measurements: list[tuple[str, float, str]] = []
+        with duckdb.connect(str(db), read_only=True) as con:
+            ms, rows = _best_ms(lambda: con.execute(SUCCESS_BY_MODEL_AND_DOMAIN).fetchall())
+            measurements.append(("(a) success rate by model and domain (SQL)", ms, f"{len(rows)} rows"))
+        ms, comparison = _best_ms(lambda: compare_stored_runs(db, base_run, new_run))
+        measurements.append((
+            "(b) compare two runs, compare_stored_runs(path)",
+            ms,
+            f"{comparison.test.paired_tasks} paired, {comparison.test.fixed} fixed, "
+            f"{comparison.test.broken} broken, p = {comparison.p_value:.3g}: {comparison.verdict}",
+        ))
+        with ResultStore(db) as store:
+            ms, comparison = _best_ms(lambda: compare_stored_runs(store, base_run, new_run))
+            measurements.append(("(b) compare two runs, compare_stored_runs(store)", ms,
+                                 f"{len(comparison.domains) - 1} domains"))
+            ms, steps = _best_ms(lambda: store.steps(new_run, task))
+            measurements.append(("(c) steps of one task, ResultStore.steps", ms, f"{len(steps)} steps"))
+
+    width = max(len(name) for name, _, _ in measurements)
+    print(f"{'query':<{width}}  {'best of 5':>10}  target {TARGET_MS:.0f} ms")
+    for name, ms, detail in measurements:
+        verdict = "MET" if ms < TARGET_MS else "NOT MET"
+        print(f"{name:<{width}}  {ms:>7.1f} ms  {verdict:<8} ({detail})")
+
+
+if __name__ == "__main__":
+    main()
