@@ -159,6 +159,26 @@ class BenchmarkAction(BaseModel):
     reasoning: str | None = None
     raw_action: Any = None
 
+    def aim_point(self, screen: tuple[int, int] | None = None) -> tuple[float, float] | None:
+        """Where a pointer action (or a drag's start) aims, in screenshot pixels, if known.
+
+        Its x/y, else the centre of its target box. Normalised coordinates are placed on a
+        `screen` of (width, height) pixels the way the WAA translation does (x * (width - 1));
+        without one they cannot be placed. An element id alone has no position. None for those,
+        and for actions that do not point.
+        """
+        if self.type not in POINTER_ACTIONS and self.type is not ActionType.DRAG:
+            return None
+        if self.x is not None and self.y is not None:
+            if not self.normalized:
+                return float(self.x), float(self.y)
+            if screen is not None:
+                return self.x * (screen[0] - 1), self.y * (screen[1] - 1)
+        if self.target_bbox is not None:
+            left, top, right, bottom = self.target_bbox
+            return (left + right) / 2, (top + bottom) / 2
+        return None
+
     @field_validator("modifiers")
     @classmethod
     def _modifier_names(cls, value: list[str]) -> list[str]:

@@ -84,6 +84,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"\nRun status: {outcome.status} (rerun with --run-id {outcome.run_id} to finish it)")
     print(f"\nResults: {outcome.db_path.resolve()} (run_id {outcome.run_id!r})")
     print(f"Screenshots: {(config.artifacts_dir / outcome.run_id).resolve()}")
+    _, report = write_run_report(outcome.db_path, outcome.run_id)
+    print(f"HTML report: {report.resolve()} (terminal: arena report {outcome.run_id})")
     return 0
 
 
@@ -143,13 +145,42 @@ def _run_id(db: Path, run: str) -> str:
     """`run`, or the most recently started run's id when `run` is "latest"."""
     if run != "latest":
         return run
-    from adapters.results.compare import results_connection
+    from adapters.results.source import results_connection
 
     with results_connection(db) as conn:
         row = conn.execute("SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 1").fetchone()
     if row is None:
         raise ValueError(f"{db}: no runs recorded yet")
     return str(row[0])
+
+
+def _default_report_path(db: Path, run_id: str) -> Path:
+    """Where reports go unless told: a `reports` folder beside the database."""
+    return db.parent / "reports" / f"{run_id}.html"
+
+
+def write_run_report(db: Path, run_id: str, html: Path | None = None, demo_library: Path | None = None) -> tuple[str, Path]:
+    """The terminal report of a run, and its HTML report written to `html` (default: beside the DB)."""
+    from adapters.results.metrics import references_for_run
+    from adapters.results.report_html import write_html_report
+    from adapters.results.report_text import render_text_report
+    from adapters.store.duckdb_store import ResultStore
+
+    if not db.is_file():
+        raise StoreError(f"{db.resolve()}: results database not found")
+    with ResultStore(db) as store:
+        references = references_for_run(store, run_id, demo_library)
+        text = render_text_report(store, run_id, references)
+        path = write_html_report(store, run_id, html or _default_report_path(db, run_id), references)
+    return text, path
+
+
+def _report(args: argparse.Namespace) -> int:
+    run_id = _run_id(args.db, args.run)
+    text, path = write_run_report(args.db, run_id, args.html, args.demo_library)
+    print(text, end="" if text.endswith("\n") else "\n")
+    print(f"\nHTML report: {path.resolve()}")
+    return 0
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -250,6 +281,15 @@ def build_parser() -> argparse.ArgumentParser:
     janitor.set_defaults(func=_janitor)
 
     default_db = Path("results/arena.duckdb")
+    report = sub.add_parser("report", help="a run's metrics in the terminal, and a self-contained HTML report")
+    report.add_argument("run", help="the run id (or 'latest')")
+    report.add_argument("--db", type=Path, default=default_db, help="DuckDB file (default results/arena.duckdb)")
+    report.add_argument("--html", type=Path, help="HTML file to write (default: reports/<run>.html beside the DB)")
+    report.add_argument(
+        "--demo-library", type=Path, help="demonstrations to score trajectories against (besides the suite's plans)"
+    )
+    report.set_defaults(func=_report)
+
     compare = sub.add_parser("compare", help="compare two runs: per-domain deltas, flips, a paired-test verdict")
     compare.add_argument("baseline", help="the baseline run id (or 'latest')")
     compare.add_argument("new", help="the run compared with it (or 'latest')")

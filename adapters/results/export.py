@@ -14,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 
-from adapters.results.compare import ResultsSource, require_runs, results_connection, source_path
+from adapters.results.source import ResultsSource, require_runs, results_connection, source_path
 
 # File name -> the query that fills it; `?` is the run id. Ordered so files are deterministic.
 EXPORTS: dict[str, str] = {

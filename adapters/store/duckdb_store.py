@@ -111,7 +111,7 @@ from typing import Any
 import duckdb
 from pydantic import BaseModel, Field
 
-from adapters.benchmark import POINTER_ACTIONS, ActionType, BenchmarkAction, BenchmarkResult, ModelUsage, OutcomeKind
+from adapters.benchmark import BenchmarkResult, ModelUsage, OutcomeKind
 
 SCHEMA_VERSION = 3
 
@@ -633,7 +633,7 @@ class ResultStore:
                 json.dumps(step.action.model_dump(mode="json"), default=str),
                 self._stored_path(step.screenshot_path), step.window_title, step.agent_seconds,
                 step.env_seconds, step.error, *_usage_values(step.usage), step.action.reasoning,
-                *_click_point(step.action),
+                *(step.action.aim_point() or (None, None)),
             ]
             for step in result.steps
         ]
@@ -823,22 +823,6 @@ class ResultStore:
                     row[name] = json.loads(row[name])
             rows.append(row)
         return rows
-
-
-def _click_point(action: BenchmarkAction) -> tuple[float | None, float | None]:
-    """Where a pointer action (or a drag's start) aimed, in screenshot pixels: its x/y, else its target box's centre.
-
-    Normalised coordinates cannot be placed without the screen size, so they give NULLs; so do
-    actions that name only an element id.
-    """
-    if action.type not in POINTER_ACTIONS and action.type is not ActionType.DRAG:
-        return None, None
-    if action.x is not None and action.y is not None and not action.normalized:
-        return float(action.x), float(action.y)
-    if action.target_bbox is not None:
-        left, top, right, bottom = action.target_bbox
-        return (left + right) / 2, (top + bottom) / 2
-    return None, None
 
 
 def _timing(timings: Mapping[str, float], stage: str) -> float | None:

@@ -10,9 +10,9 @@ from typing import Any
 import duckdb
 import pytest
 
+from adapters.results.source import UnknownRunError
 from adapters.benchmark import BenchmarkResult, OutcomeKind
 from adapters.results.compare import (
-    UnknownRunError,
     compare_runs,
     compare_stored_runs,
     comparison_markdown,

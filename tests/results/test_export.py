@@ -11,7 +11,7 @@ import duckdb
 import pytest
 
 from adapters.benchmark import ActionType, BenchmarkAction, BenchmarkResult, ModelUsage, OutcomeKind, StepRecord
-from adapters.results.compare import UnknownRunError
+from adapters.results.source import UnknownRunError
 from adapters.results.export import ExportError, export_run_parquet, sql_string_literal
 from adapters.store.duckdb_store import ResultStore, RunInfo
 

@@ -1,0 +1,624 @@
+"""The run report as ONE self-contained HTML file: open it from disk, no server, no network.
+
+What is in it: the run's provenance, headline rates with Wilson 95% intervals, outcome counts,
+feasible vs infeasible, effort and cost, a per-domain chart (inline SVG: success rate per
+domain with its interval as whiskers), a table of every task, and per task a collapsible
+section with outcome, score, the evaluator's reason or error, timings, attempts, the reference
+comparison, and the trajectory: each step's screenshot with the action drawn on it, the action
+as text, the agent's reasoning, agent/env seconds and the step's error.
+
+Choices:
+
+* Screenshots are embedded as ``data:`` URIs, scaled down to at most ``MAX_SCREENSHOT_WIDTH``
+  (640) pixels wide and encoded as WebP (quality 70): on the simulated desktop that is about 3 KB
+  a step, against 11 KB as PNG and 13 KB as JPEG at the same size, and every current browser
+  shows it. A Pillow built without WebP falls back to JPEG.
+* The action is drawn as an SVG overlay whose ``viewBox`` is the *original* screenshot's pixel
+  size, so the marker lands on the stored click point whatever size the image is shown at:
+  a ring for a click, a double ring for a double-click, a square for a right-click, an arrow for
+  a drag, and the target element's box when the action names one. Normalised coordinates are
+  scaled by the original screenshot's size.
+* Unsolved tasks come first, and three radio buttons filter the task list with CSS alone.
+  There is no JavaScript.
+* Everything that comes from tasks, agents, models or evaluators is data: it is HTML-escaped
+  (``html.escape`` with quotes) wherever it is written, text or attribute.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import html
+import io
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, UnidentifiedImageError, features
+
+from adapters.benchmark import ActionType, BenchmarkAction
+from adapters.results.metrics import (
+    DomainMetrics,
+    Rate,
+    References,
+    RunMetrics,
+    TaskMetrics,
+    click_point,
+    compute_run_metrics,
+    stored_action,
+)
+from adapters.results.reference import ReferenceTrajectory
+from adapters.results.report_text import (
+    PROVENANCE_FIELDS,
+    SIMULATION_LABEL,
+    ci,
+    environment_label,
+    fraction,
+    number,
+    outcome_counts,
+    pct,
+    provenance_value,
+    rate_text,
+    reference_line,
+    score_text,
+    seconds,
+    usd,
+)
+from adapters.store.duckdb_store import ResultStore
+
+MAX_SCREENSHOT_WIDTH = 640
+"""Screenshots wider than this are scaled down (aspect kept) before embedding."""
+
+_WEBP = features.check("webp")
+_IMAGE_FORMAT, _IMAGE_MIME, _IMAGE_OPTIONS = (
+    ("WEBP", "image/webp", {"quality": 70, "method": 2}) if _WEBP else ("JPEG", "image/jpeg", {"quality": 75})
+)
+
+
+class ReportError(ValueError):
+    """The report cannot be written where asked; the message names the path."""
+
+
+def esc(value: Any) -> str:
+    """Any value as HTML text, safe inside elements and quoted attributes."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+# --- screenshots -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EmbeddedImage:
+    """A screenshot ready for the page: its data URI and the original's pixel size."""
+
+    data_uri: str
+    width: int
+    height: int
+    shown_width: int
+    shown_height: int
+
+
+def embed_screenshot(path: Path) -> EmbeddedImage:
+    """The image at `path` scaled to MAX_SCREENSHOT_WIDTH and encoded as a data URI.
+
+    OSError when the file cannot be read, ValueError when it is not an image.
+    """
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+            picture = image.convert("RGB")
+    except UnidentifiedImageError as exc:
+        raise ValueError(f"not an image: {exc}") from exc
+    if width > MAX_SCREENSHOT_WIDTH:
+        # reducing_gap=1: shrink by the largest integer factor first (box filter, fast), then resample the rest.
+        picture.thumbnail((MAX_SCREENSHOT_WIDTH, height), Image.Resampling.LANCZOS, reducing_gap=1.0)
+    buffer = io.BytesIO()
+    picture.save(buffer, _IMAGE_FORMAT, **_IMAGE_OPTIONS)
+    encoded = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return EmbeddedImage(f"data:{_IMAGE_MIME};base64,{encoded}", width, height, picture.width, picture.height)
+
+
+def resolve_screenshot(store: ResultStore, stored: str) -> Path:
+    """The absolute path of a stored screenshot path (relative ones are under the DB's folder)."""
+    return store.resolve_path(stored)
+
+
+# --- the action drawn on the screenshot ----------------------------------------------------------
+
+
+def _scaled(x: float, y: float, normalized: bool, width: int, height: int) -> tuple[float, float]:
+    # Normalised coordinates map to pixels the way the WAA translation does: x * (width - 1).
+    return (x * (width - 1), y * (height - 1)) if normalized else (x, y)
+
+
+def action_point(
+    row: Mapping[str, Any], action: BenchmarkAction | None, width: int, height: int
+) -> tuple[float, float] | None:
+    """The screenshot pixel a pointer action (or a drag's start) aimed at, or None when unknown.
+
+    The stored `click_x`/`click_y` when set, else the action's x/y (normalised ones scaled by the
+    screenshot size), else the centre of its target box.
+    """
+    return click_point(row, action, (width, height))
+
+
+def _marker_shape(kind: ActionType, x: float, y: float, r: float) -> str:
+    """The SVG of one pointer marker centred on (x, y)."""
+    dot = f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r / 5:.1f}" class="dot"/>'
+    if kind is ActionType.DOUBLE_CLICK:
+        return (
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r:.1f}"/>'
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r * 0.6:.1f}"/>{dot}'
+        )
+    if kind is ActionType.RIGHT_CLICK:
+        return f'<rect x="{x - r:.1f}" y="{y - r:.1f}" width="{2 * r:.1f}" height="{2 * r:.1f}"/>{dot}'
+    return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r:.1f}"/>{dot}'
+
+
+def action_overlay(row: Mapping[str, Any], action: BenchmarkAction | None, image: EmbeddedImage) -> str:
+    """An SVG drawn over the screenshot: the action's target box and its click/drag marker.
+
+    Its viewBox is the original screenshot's pixel size, so stored pixel coordinates need no
+    rescaling. Empty when the action has nothing to draw.
+    """
+    w, h = image.width, image.height
+    r = max(w, h) * 0.018
+    parts: list[str] = []
+    if action is not None and action.target_bbox is not None:
+        left, top, right, bottom = action.target_bbox
+        parts.append(
+            f'<rect class="target-box" x="{left}" y="{top}" width="{right - left}" height="{bottom - top}"/>'
+        )
+    point = action_point(row, action, w, h)
+    if point is not None and action is not None:
+        x, y = point
+        kind = action.type
+        if kind is ActionType.DRAG and action.end_x is not None and action.end_y is not None:
+            ex, ey = _scaled(action.end_x, action.end_y, action.normalized, w, h)
+            shape = (
+                f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{ex:.1f}" y2="{ey:.1f}"/>'
+                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r / 2:.1f}"/>'
+                f'<circle cx="{ex:.1f}" cy="{ey:.1f}" r="{r:.1f}"/>'
+            )
+        else:
+            shape = _marker_shape(kind, x, y, r)
+        parts.append(f'<g class="click-marker" data-action="{esc(kind.value)}">{shape}</g>')
+    if not parts:
+        return ""
+    return (
+        f'<svg class="action-overlay" viewBox="0 0 {w} {h}" preserveAspectRatio="none" '
+        f'aria-hidden="true">{"".join(parts)}</svg>'
+    )
+
+
+# --- page pieces -------------------------------------------------------------------------------
+
+_CSS = """
+:root { --ok: #1a7f37; --bad: #c62828; --warn: #b26a00; --muted: #5f6b7a; --line: #d8dee4; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1f2328;
+       margin: 0 auto; max-width: 1180px; padding: 16px 24px 48px; }
+h1 { font-size: 22px; margin: 8px 0 4px; } h2 { font-size: 18px; margin: 28px 0 8px;
+     border-bottom: 1px solid var(--line); padding-bottom: 4px; } h3 { font-size: 15px; margin: 16px 0 6px; }
+code, pre, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12.5px; }
+pre { white-space: pre-wrap; word-break: break-word; background: #f6f8fa; padding: 8px; border-radius: 6px;
+      margin: 4px 0; }
+.banner { background: #fff4e5; border: 1px solid #f0c36d; padding: 6px 10px; border-radius: 6px;
+          display: inline-block; font-weight: 600; }
+.headline { display: flex; flex-wrap: wrap; gap: 12px; margin: 12px 0; }
+.card { border: 1px solid var(--line); border-radius: 8px; padding: 10px 14px; min-width: 200px; }
+.card .big { font-size: 24px; font-weight: 700; } .card .sub { color: var(--muted); font-size: 12.5px; }
+table { border-collapse: collapse; margin: 6px 0; } th, td { border-bottom: 1px solid var(--line);
+        padding: 3px 8px; text-align: left; vertical-align: top; } th { background: #f6f8fa; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.ci { white-space: nowrap; }
+table.prov th { width: 170px; } table.prov td { word-break: break-all; }
+.badge { display: inline-block; border-radius: 10px; padding: 0 8px; font-size: 12px; font-weight: 600;
+         color: #fff; background: var(--bad); }
+.badge.outcome-success { background: var(--ok); } .badge.outcome-infrastructure_error,
+.badge.outcome-setup_failure, .badge.outcome-evaluation_error { background: var(--warn); }
+.chart { width: 100%; max-width: 760px; height: auto; display: block; } .chart .bar { fill: #4878a8; } .chart .track { fill: #eef2f6; }
+.chart .whisker { stroke: #1f2328; stroke-width: 1.5; } .chart text { font-size: 12px; fill: #1f2328; }
+.chart .grid { stroke: #d0d7de; stroke-dasharray: 3 3; }
+.filters { margin: 8px 0; } .filters label { margin-right: 14px; cursor: pointer; }
+#filter-unsolved:checked ~ .task-list .task.solved { display: none; }
+#filter-solved:checked ~ .task-list .task.unsolved { display: none; }
+details.task { border: 1px solid var(--line); border-radius: 8px; margin: 8px 0; }
+details.task > summary { padding: 8px 12px; cursor: pointer; }
+details.task.unsolved > summary { background: #fff5f5; } details.task.solved > summary { background: #f3faf4; }
+.task-body { padding: 4px 14px 12px; }
+dl.facts { display: grid; grid-template-columns: 170px 1fr; gap: 2px 12px; margin: 6px 0; }
+dl.facts dt { color: var(--muted); } dl.facts dd { margin: 0; word-break: break-word; white-space: pre-wrap; }
+ol.steps { list-style: none; padding: 0; margin: 0; }
+li.step { display: flex; flex-wrap: wrap; gap: 14px; border-top: 1px solid var(--line); padding: 10px 0; }
+.shot { position: relative; display: inline-block; max-width: 100%; flex: 0 1 auto; line-height: 0; }
+.shot img { display: block; max-width: 100%; height: auto; border: 1px solid var(--line); }
+.shot svg.action-overlay { position: absolute; left: 0; top: 0; width: 100%; height: 100%; pointer-events: none; }
+.click-marker circle, .click-marker rect, .click-marker line { fill: none; stroke: #e3116c; stroke-width: 3;
+        vector-effect: non-scaling-stroke; }
+.click-marker .dot { fill: #e3116c; }
+.target-box { fill: rgba(255, 196, 0, 0.12); stroke: #d89b00; stroke-width: 2; vector-effect: non-scaling-stroke; }
+.step-text { flex: 1 1 300px; min-width: 260px; line-height: 1.45; }
+.missing { color: var(--bad); font-style: italic; padding: 8px; border: 1px dashed var(--bad); line-height: 1.4; }
+.reasoning { white-space: pre-wrap; word-break: break-word; background: #f6f8fa; padding: 6px 8px;
+             border-radius: 6px; margin: 4px 0; }
+.step-error { color: var(--bad); white-space: pre-wrap; word-break: break-word; }
+.muted { color: var(--muted); }
+ol.reference li.matched::marker { color: var(--ok); } ol.reference .yes { color: var(--ok); }
+ol.reference .no { color: var(--bad); }
+"""
+
+
+def _rate_card(title: str, rate: Rate, note: str = "") -> str:
+    return (
+        f'<div class="card"><div class="sub">{esc(title)}</div><div class="big">{esc(pct(rate.rate))}</div>'
+        f'<div class="sub">{esc(rate.successes)} of {esc(rate.total)} &middot; 95% CI {esc(ci(rate))}'
+        f"{esc(note)}</div></div>"
+    )
+
+
+def _provenance_table(provenance: Mapping[str, Any]) -> str:
+    rows = [f"<tr><th>run id</th><td class=\"mono\">{esc(provenance.get('run_id'))}</td></tr>"]
+    rows += [
+        f'<tr><th>{esc(label)}</th><td class="mono">{esc(provenance_value(dict(provenance), column))}</td></tr>'
+        for label, column in PROVENANCE_FIELDS
+    ]
+    blocks = []
+    for column in ("agent_config", "run_config"):
+        value = provenance.get(column)
+        if value:
+            text = json.dumps(value, indent=2, sort_keys=True, default=str, ensure_ascii=False)
+            blocks.append(f"<details><summary>{esc(column)}</summary><pre>{esc(text)}</pre></details>")
+    return f'<table class="prov">{"".join(rows)}</table>{"".join(blocks)}'
+
+
+def domain_chart(per_domain: Sequence[DomainMetrics]) -> str:
+    """Inline SVG: one bar per domain (success rate) with Wilson 95% whiskers and a 0-100% axis."""
+    label_w, plot_w, row_h, top = 170, 440, 30, 24
+    height = top + row_h * len(per_domain) + 8
+    x0 = label_w
+    parts = [
+        f'<svg class="chart domain-chart" viewBox="0 0 {label_w + plot_w + 150} {height}" role="img" '
+        f'aria-label="success rate per domain with 95% confidence intervals">'
+    ]
+    for tick in (0, 25, 50, 75, 100):
+        x = x0 + plot_w * tick / 100
+        parts.append(f'<line class="grid" x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{height - 4}"/>')
+        parts.append(f'<text x="{x:.1f}" y="{top - 10}" text-anchor="middle">{tick}%</text>')
+    for i, d in enumerate(per_domain):
+        y = top + i * row_h
+        rate = d.success.rate or 0.0
+        mid = y + row_h / 2
+        parts.append(f'<text x="{x0 - 8}" y="{mid + 4:.1f}" text-anchor="end">{esc(d.domain or "(none)")}</text>')
+        parts.append(f'<rect class="track" x="{x0}" y="{y + 6}" width="{plot_w}" height="{row_h - 12}"/>')
+        parts.append(
+            f'<rect class="bar" x="{x0}" y="{y + 6}" width="{plot_w * rate:.1f}" height="{row_h - 12}">'
+            f"<title>{esc(d.domain)}: {esc(rate_text(d.success))}</title></rect>"
+        )
+        if d.success.ci95 is not None:
+            low, high = (x0 + plot_w * v for v in d.success.ci95)
+            parts.append(
+                f'<g class="whisker"><line x1="{low:.1f}" y1="{mid:.1f}" x2="{high:.1f}" y2="{mid:.1f}"/>'
+                f'<line x1="{low:.1f}" y1="{mid - 7:.1f}" x2="{low:.1f}" y2="{mid + 7:.1f}"/>'
+                f'<line x1="{high:.1f}" y1="{mid - 7:.1f}" x2="{high:.1f}" y2="{mid + 7:.1f}"/></g>'
+            )
+        parts.append(
+            f'<text x="{x0 + plot_w + 10}" y="{mid + 4:.1f}">{esc(pct(d.success.rate))} '
+            f"({esc(d.success.successes)}/{esc(d.success.total)})</text>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _domain_table(metrics: RunMetrics) -> str:
+    with_reference = metrics.references_given
+    head = (
+        "<tr><th>domain</th><th class=num>tasks</th><th class=num>solved</th><th class=num>rate</th>"
+        "<th>95% CI</th><th class=num>excl. infra</th><th class=num>feasible</th><th class=num>infeasible</th>"
+        "<th class=num>avg score</th><th class=num>infra errors</th><th class=num>attempts</th>"
+        + ("<th class=num>step acc.</th><th class=num>grounding</th>" if with_reference else "")
+        + "</tr>"
+    )
+    rows = []
+    for d in [*metrics.per_domain, metrics.overall]:
+        cells = [
+            f"<td>{'<b>ALL</b>' if d is metrics.overall else esc(d.domain)}</td>",
+            f"<td class=num>{d.tasks}</td>", f"<td class=num>{d.success.successes}</td>",
+            f"<td class=num>{esc(pct(d.success.rate))}</td>", f"<td class=ci>{esc(ci(d.success))}</td>",
+            f"<td class=num>{esc(pct(d.success_excluding_infra.rate))}</td>",
+            f"<td class=num>{esc(fraction(d.feasible))}</td>",
+            f"<td class=num>{esc(fraction(d.infeasible))}</td>",
+            f"<td class=num>{esc(score_text(d.avg_score))}</td>",
+            f"<td class=num>{d.infrastructure_errors}</td>", f"<td class=num>{d.attempts}</td>",
+        ]
+        if with_reference and d.reference is not None:
+            cells.append(f"<td class=num>{esc(pct(d.reference.step_accuracy))}</td>")
+            cells.append(f"<td class=num>{esc(pct(d.reference.grounding_accuracy))}</td>")
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _effort_table(overall: DomainMetrics) -> str:
+    rows = [
+        ("steps", number(overall.steps.mean), number(overall.steps.total)),
+        ("time", seconds(overall.time_seconds.mean), seconds(overall.time_seconds.total)),
+        ("agent (model) time", seconds(overall.agent_seconds.mean), seconds(overall.agent_seconds.total)),
+        ("env (VM) time", seconds(overall.env_seconds.mean), seconds(overall.env_seconds.total)),
+        ("input tokens", number(overall.input_tokens.mean), number(overall.input_tokens.total)),
+        ("output tokens", number(overall.output_tokens.mean), number(overall.output_tokens.total)),
+        ("model cost", usd(overall.cost_usd.mean), usd(overall.cost_usd.total)),
+    ]
+    body = "".join(f"<tr><td>{esc(a)}</td><td class=num>{esc(b)}</td><td class=num>{esc(c)}</td></tr>" for a, b, c in rows)
+    spent = overall.spent
+    return (
+        "<table><tr><th>per task (final attempt)</th><th class=num>mean</th><th class=num>total</th></tr>"
+        f"{body}</table><p>All attempts, retries included: time {esc(seconds(spent.time_seconds))}, "
+        f"VM time {esc(seconds(spent.vm_seconds))}, tokens {spent.input_tokens:,} in / {spent.output_tokens:,} out, "
+        f"model cost {esc(usd(spent.cost_usd))}.</p>"
+    )
+
+
+def _summary_section(metrics: RunMetrics) -> str:
+    overall = metrics.overall
+    selected = metrics.provenance.get("task_count")
+    missing = ""
+    if isinstance(selected, int) and selected > overall.tasks:
+        missing = f'<p class="banner">Missing: {selected - overall.tasks} of {selected} selected tasks have no result.</p>'
+    cards = "".join(
+        [
+            _rate_card("success rate", overall.success),
+            _rate_card("excluding infrastructure errors", overall.success_excluding_infra,
+                       f" · {overall.infrastructure_errors} infra errors"),
+            _rate_card("feasible tasks", overall.feasible),
+            _rate_card("infeasible tasks", overall.infeasible),
+            f'<div class="card"><div class="sub">average score</div><div class="big">'
+            f"{esc(score_text(overall.avg_score))}</div><div class=\"sub\">excl. infra "
+            f"{esc(score_text(overall.avg_score_excluding_infra))} · fractional scores kept</div></div>",
+        ]
+    )
+    return (
+        f'<section id="summary"><h2>Summary</h2>{missing}<div class="headline">{cards}</div>'
+        f"<p>Outcomes (final attempt of each task): {esc(outcome_counts(overall))}. "
+        f"Attempts: {overall.attempts} for {overall.tasks} tasks ({overall.retries} retries, "
+        f"{overall.retried_tasks} tasks retried).</p>"
+        f"<p>{esc(reference_line(metrics))}</p>"
+        f"<h3>Success rate per domain</h3>{domain_chart(metrics.per_domain)}{_domain_table(metrics)}"
+        f"<h3>Effort and cost</h3>{_effort_table(overall)}"
+        f"<h3>Provenance</h3>{_provenance_table(metrics.provenance)}</section>"
+    )
+
+
+def _task_index(tasks: Sequence[TaskMetrics], anchors: Mapping[str, str]) -> str:
+    rows = []
+    for t in tasks:
+        step_acc = pct(t.reference.step_accuracy) if t.reference else "-"
+        rows.append(
+            f'<tr><td><a href="#{anchors[t.task_id]}">{esc(t.task_id)}</a></td><td>{esc(t.domain)}</td>'
+            f'<td><span class="badge outcome-{esc(t.outcome)}">{esc(t.outcome)}</span></td>'
+            f"<td class=num>{esc(score_text(t.score))}</td><td class=num>{esc(number(t.num_steps))}</td>"
+            f"<td class=num>{esc(seconds(t.total_time_seconds))}</td><td class=num>{t.attempts}</td>"
+            f"<td class=num>{esc(step_acc)}</td></tr>"
+        )
+    return (
+        "<table><tr><th>task</th><th>domain</th><th>outcome</th><th class=num>score</th><th class=num>steps</th>"
+        f"<th class=num>time</th><th class=num>attempts</th><th class=num>step acc.</th></tr>{''.join(rows)}</table>"
+    )
+
+
+# --- one task ----------------------------------------------------------------------------------
+
+
+def _describe(action: BenchmarkAction | None, row: Mapping[str, Any]) -> str:
+    """The action in words, e.g. "click [12] on Button 'Save'"."""
+    if action is None:
+        return f"{row.get('action_type') or 'unknown action'} (stored action is not a valid action)"
+    text = action.describe()
+    if action.target_role or action.target_name:
+        text += f" on {action.target_role or 'element'} {action.target_name or ''!r}"
+    if action.type is ActionType.WAIT:
+        text += f" {action.seconds:g} s"
+    return text
+
+
+def _step_html(store: ResultStore, row: Mapping[str, Any]) -> str:
+    action = stored_action(row)
+    stored_path = row.get("screenshot_path")
+    if not stored_path:
+        figure = '<div class="missing">no screenshot recorded</div>'
+    else:
+        path = resolve_screenshot(store, stored_path)
+        try:
+            image = embed_screenshot(path)
+        except FileNotFoundError:
+            figure = f'<div class="missing">screenshot missing: {esc(path)}</div>'
+        except (OSError, ValueError) as exc:
+            figure = f'<div class="missing">screenshot unreadable: {esc(path)} ({esc(exc)})</div>'
+        else:
+            figure = (
+                f'<div class="shot"><img src="{image.data_uri}" width="{image.shown_width}" '
+                f'height="{image.shown_height}" alt="screen before step {esc(row.get("step_index"))}">'
+                f"{action_overlay(row, action, image)}</div>"
+            )
+    reasoning = row.get("reasoning") or (action.reasoning if action else None)
+    usage = ""
+    if row.get("model_calls"):
+        usage = (
+            f" · {row.get('input_tokens') or 0} in / {row.get('output_tokens') or 0} out tokens"
+            f" · {esc(usd(row.get('cost_usd')))}"
+        )
+    raw = json.dumps(row.get("action"), indent=2, sort_keys=True, default=str, ensure_ascii=False)
+    text = (
+        f'<div class="step-text"><b>step {esc(row.get("step_index"))}</b>: '
+        f'<code class="action">{esc(_describe(action, row))}</code>'
+        f'<div class="muted">agent {esc(seconds(row.get("agent_seconds")))} · env {esc(seconds(row.get("env_seconds")))}'
+        f"{usage}{' · window ' + esc(repr(row['window_title'])) if row.get('window_title') else ''}</div>"
+        + (f'<div class="reasoning">{esc(reasoning)}</div>' if reasoning else "")
+        + (f'<div class="step-error">error: {esc(row["error"])}</div>' if row.get("error") else "")
+        + f"<details><summary class=muted>action JSON</summary><pre>{esc(raw)}</pre></details></div>"
+    )
+    return f'<li class="step">{figure}{text}</li>'
+
+
+def _facts(task: TaskMetrics, final: Mapping[str, Any]) -> str:
+    timings = ", ".join(
+        f"{stage} {seconds(final.get(f'{stage}_seconds'))}"
+        for stage in ("reset", "setup", "episode", "evaluate", "agent", "env")
+        if final.get(f"{stage}_seconds") is not None
+    )
+    pairs = [
+        ("outcome", task.outcome),
+        ("score", score_text(task.score)),
+        ("feasibility", "infeasible task" if task.infeasible else "feasible task"),
+        ("evaluator reason", task.reason or "-"),
+        ("error", task.error or "-"),
+        ("time", f"{seconds(task.total_time_seconds)} total" + (f" ({timings})" if timings else "")),
+        ("steps", number(task.num_steps)),
+        ("model usage", f"{number(task.input_tokens)} input / {number(task.output_tokens)} output tokens, "
+                        f"cost {usd(task.cost_usd)}"),
+        ("VM", final.get("vm_id") or "-"),
+    ]
+    details = final.get("agent_details")
+    if details:
+        pairs.append(("agent details", json.dumps(details, sort_keys=True, default=str, ensure_ascii=False)))
+    return "<dl class=facts>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in pairs) + "</dl>"
+
+
+def _attempts_table(attempts: Sequence[Mapping[str, Any]]) -> str:
+    rows = "".join(
+        f"<tr><td class=num>{esc(a['attempt'])}</td><td>{esc(a['outcome'])}</td><td>{esc(a.get('vm_id') or '-')}</td>"
+        f"<td class=num>{esc(seconds(a.get('total_time_seconds')))}</td>"
+        f"<td>{esc(a.get('error') or a.get('reason') or '')}</td></tr>"
+        for a in attempts
+    )
+    return (
+        "<h3>Attempts</h3><table><tr><th class=num>attempt</th><th>outcome</th><th>VM</th><th class=num>time</th>"
+        f"<th>error / reason</th></tr>{rows}</table>"
+    )
+
+
+_HIT_NOTES = {True: " (element hit)", False: " (wrong element)", None: " (element cannot be checked)"}
+
+
+def _reference_html(task: TaskMetrics, reference: ReferenceTrajectory | None) -> str:
+    if reference is None:
+        return ""
+    score = task.reference
+    if score is None:
+        return (
+            f"<h3>Reference ({esc(reference.source)}: {esc(reference.source_ref)})</h3>"
+            "<p class=muted>not scored: the final attempt was an infrastructure error or a setup failure</p>"
+        )
+    by_ref = {p.reference_index: p for p in score.pairs}
+    items = []
+    for index, step in enumerate(reference.steps):
+        pair = by_ref.get(index)
+        if pair is None:
+            mark = '<span class="no">not reproduced</span>'
+        elif pair.matched:
+            mark = f'<span class="yes">matched by step {pair.step_index}</span>'
+        else:
+            hit = _HIT_NOTES[pair.hit] if step.is_pointer else ""
+            mark = f'<span class="no">aligned with step {pair.step_index}, not a match{hit}</span>'
+        items.append(f'<li class="{"matched" if pair and pair.matched else ""}"><code>{esc(step.description)}</code> '
+                     f"&mdash; {mark}</li>")
+    return (
+        f"<h3>Reference ({esc(reference.source)}: {esc(reference.source_ref)})</h3>"
+        f"<p>step accuracy {esc(pct(score.step_accuracy))} ({score.matched_steps}/{score.reference_steps}); "
+        f"grounding accuracy {esc(pct(score.grounding_accuracy))} ({score.pointer_hits}/{score.pointer_pairs}"
+        f"{f', {score.pointer_unverifiable} unverifiable' if score.pointer_unverifiable else ''})</p>"
+        f'<ol class="reference" start="0">{"".join(items)}</ol>'
+    )
+
+
+def _task_html(
+    store: ResultStore,
+    run_id: str,
+    task: TaskMetrics,
+    anchor: str,
+    attempts: Sequence[Mapping[str, Any]],
+    reference: ReferenceTrajectory | None,
+) -> str:
+    final = next((a for a in attempts if a["attempt"] == task.attempt), {})
+    steps = store.steps(run_id, task.task_id, task.attempt)
+    state = "solved" if task.success else "unsolved"
+    summary = (
+        f'<summary><span class="badge outcome-{esc(task.outcome)}">{esc(task.outcome)}</span> '
+        f"<code>{esc(task.task_id)}</code> <span class=muted>{esc(task.domain)} · score {esc(score_text(task.score))}"
+        f" · {esc(number(task.num_steps))} steps · {esc(seconds(task.total_time_seconds))}"
+        f"{f' · {task.attempts} attempts' if task.attempts > 1 else ''}</span></summary>"
+    )
+    step_list = "".join(_step_html(store, row) for row in steps) or "<li class=muted>no steps recorded</li>"
+    return (
+        f'<details class="task {state} outcome-{esc(task.outcome)}" id="{anchor}">{summary}<div class="task-body">'
+        f"{_facts(task, final)}{_attempts_table(attempts) if len(attempts) > 1 else ''}"
+        f"{_reference_html(task, reference)}"
+        f"<h3>Trajectory (attempt {task.attempt})</h3><ol class=steps>{step_list}</ol></div></details>"
+    )
+
+
+def _tasks_section(store: ResultStore, metrics: RunMetrics, references: References | None) -> str:
+    # Unsolved first, then by domain and id, so problems are at the top.
+    tasks = sorted(metrics.tasks, key=lambda t: (t.success, t.domain, t.task_id))
+    anchors = {t.task_id: f"task-{i}" for i, t in enumerate(tasks)}
+    attempts: dict[str, list[dict[str, Any]]] = {}
+    for row in store.results(metrics.run_id):
+        attempts.setdefault(row["task_id"], []).append(row)
+    unsolved = sum(not t.success for t in tasks)
+    blocks = "".join(
+        _task_html(store, metrics.run_id, t, anchors[t.task_id], attempts.get(t.task_id, []),
+                   references.get(t.task_id) if references else None)
+        for t in tasks
+    )
+    return (
+        f'<section id="tasks"><h2>Tasks</h2>{_task_index(tasks, anchors)}'
+        '<h3>Trajectories</h3><div class="filters">'
+        f'<input type="radio" name="task-filter" id="filter-all" checked><label for="filter-all">all ({len(tasks)})</label>'
+        f'<input type="radio" name="task-filter" id="filter-unsolved"><label for="filter-unsolved">not solved ({unsolved})</label>'
+        f'<input type="radio" name="task-filter" id="filter-solved"><label for="filter-solved">solved ({len(tasks) - unsolved})</label>'
+        f'<div class="task-list">{blocks or "<p class=muted>no task results recorded</p>"}</div></div></section>'
+    )
+
+
+def render_html_report(metrics: RunMetrics, store: ResultStore, references: References | None = None) -> str:
+    """The whole HTML page for already computed metrics (screenshots read from disk via `store`)."""
+    label = environment_label(metrics.provenance)
+    banner = f'<p class="banner">{esc(label)}</p>' if label == SIMULATION_LABEL else f"<p>environment: {esc(label)}</p>"
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        # No network: images are data URIs; the policy makes any other load fail loudly.
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
+        "style-src 'unsafe-inline'\">"
+        f"<title>WAA run {esc(metrics.run_id)}</title><style>{_CSS}</style></head><body>"
+        f"<h1>WAA run report <code>{esc(metrics.run_id)}</code></h1>{banner}"
+        f"{_summary_section(metrics)}{_tasks_section(store, metrics, references)}</body></html>\n"
+    )
+
+
+def write_html_report(
+    store: ResultStore, run_id: str, out_path: Path, references: References | None = None
+) -> Path:
+    """Write the run's self-contained HTML report to `out_path` and return its absolute path.
+
+    StoreError naming the run when it is unknown; ReportError naming `out_path` when it is a
+    directory or cannot be written. The file is replaced atomically, so a reader never sees half
+    a report. Missing screenshot files are reported in the page, never an error.
+    """
+    out_path = Path(out_path).expanduser().resolve()
+    if out_path.is_dir():
+        raise ReportError(f"{out_path}: is a directory; give the report's file name, e.g. {out_path / 'report.html'}")
+    metrics = compute_run_metrics(store, run_id, references)
+    page = render_html_report(metrics, store, references)
+    partial = out_path.with_name(f".{out_path.name}.partial")
+    try:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(page, encoding="utf-8")
+        os.replace(partial, out_path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # the partial file may not exist (e.g. no folder)
+            partial.unlink()
+        raise ReportError(f"{out_path}: cannot write the report: {exc}") from exc
+    return out_path

@@ -1,0 +1,84 @@
+"""Where a report, comparison or export reads results from: an open store or a DuckDB file.
+
+One way to open a results database for reading, and one check that the runs asked for exist,
+shared by metrics, comparison, export and the CLI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import duckdb
+
+from adapters.store.duckdb_store import ResultStore, StoreError
+
+
+class UnknownRunError(StoreError):
+    """A run id asked for is not in the results database; the message names it and the file."""
+
+
+ResultsSource = ResultStore | str | Path
+"""Where results are: an open `ResultStore`, or the path of its DuckDB file."""
+
+
+@contextlib.contextmanager
+def results_connection(source: ResultsSource) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A DuckDB connection to the results in `source`, closed on exit.
+
+    A path is opened read-only (so a missing or mistyped file is an error, never a new empty
+    database, and other readers are not locked out). For an open `ResultStore`, or a file this
+    process already has open read-write, the connection is a second one on that same database:
+    DuckDB shares one database per file within a process and refuses to open it again with a
+    different configuration. Either way it sees everything committed so far; it is only read.
+    """
+    if isinstance(source, ResultStore):
+        path = source.path
+        connect_modes: tuple[bool, ...] = (False,)
+    elif isinstance(source, (str, Path)):
+        path = Path(source).expanduser().resolve()
+        if not path.is_file():
+            raise StoreError(f"{path}: results database not found")
+        connect_modes = (True, False)
+    else:
+        raise TypeError(f"source must be a ResultStore or a DuckDB file path, got {type(source).__name__}")
+    conn: duckdb.DuckDBPyConnection | None = None
+    refused: duckdb.Error | None = None
+    for read_only in connect_modes:
+        try:
+            conn = duckdb.connect(str(path), read_only=read_only)
+            break
+        except duckdb.ConnectionException as exc:
+            # Open read-write elsewhere in this process: join that database (next mode).
+            refused = exc
+        except duckdb.Error as exc:
+            raise StoreError(f"{path}: cannot open the results database: {exc}") from exc
+    if conn is None:
+        raise StoreError(f"{path}: cannot open the results database: {refused}") from refused
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def require_runs(conn: duckdb.DuckDBPyConnection, run_ids: Iterable[str], where: Path | str) -> None:
+    """Raise `UnknownRunError` naming every run id of `run_ids` that is not in the runs table."""
+    try:
+        missing = [
+            run_id
+            for run_id in dict.fromkeys(run_ids)
+            if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone() is None
+        ]
+    except duckdb.CatalogException as exc:
+        raise StoreError(f"{where}: not a results database (no runs table): {exc}") from exc
+    if missing:
+        names = ", ".join(repr(r) for r in missing)
+        raise UnknownRunError(f"{where}: unknown run{'s' if len(missing) > 1 else ''} {names}")
+
+
+def source_path(source: ResultsSource) -> Path:
+    """The absolute path of the DuckDB file behind `source` (for messages)."""
+    return source.path if isinstance(source, ResultStore) else Path(source).expanduser().resolve()
+
+
