@@ -37,6 +37,7 @@ from pydantic import BaseModel, ValidationError
 from adapters.benchmark import BenchmarkAction, OutcomeKind
 from adapters.results.reference import (
     AgentStep,
+    ReferenceCounts,
     ReferenceScore,
     ReferenceTrajectory,
     load_references,
@@ -91,28 +92,13 @@ class Spend(BaseModel):
     cost_usd: float
 
 
-class ReferenceSummary(BaseModel):
+class ReferenceSummary(ReferenceCounts):
     """Reference accuracy pooled over tasks (see adapters/results/reference.py)."""
 
     tasks_with_reference: int
     """Tasks (final attempts) for which a reference trajectory was given."""
     tasks_scored: int
     """Of those, the ones scored (not an infrastructure error or setup failure)."""
-    reference_steps: int
-    matched_steps: int
-    pointer_pairs: int
-    pointer_hits: int
-    pointer_unverifiable: int
-
-    @property
-    def step_accuracy(self) -> float | None:
-        """matched_steps / reference_steps, None without reference steps."""
-        return self.matched_steps / self.reference_steps if self.reference_steps else None
-
-    @property
-    def grounding_accuracy(self) -> float | None:
-        """pointer_hits / pointer_pairs, None without a checkable pointer pair."""
-        return self.pointer_hits / self.pointer_pairs if self.pointer_pairs else None
 
     @classmethod
     def pool(cls, tasks_with_reference: int, scores: Sequence[ReferenceScore]) -> ReferenceSummary:

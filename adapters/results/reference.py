@@ -160,29 +160,34 @@ class StepPair(BaseModel):
     """Pointer pairs: whether the agent hit the reference element; None when unverifiable."""
 
 
-class ReferenceScore(BaseModel):
-    """Step and grounding accuracy of one task's final attempt against its reference."""
+class ReferenceCounts(BaseModel):
+    """The counts step and grounding accuracy are ratios of (one task, or pooled over tasks)."""
 
-    task_id: str
-    source: str
     reference_steps: int
-    agent_steps: int
     matched_steps: int
     pointer_pairs: int
     """Aligned pointer pairs whose hit could be checked (grounding's denominator)."""
     pointer_hits: int
     pointer_unverifiable: int
-    pairs: list[StepPair] = Field(default_factory=list)
 
     @property
     def step_accuracy(self) -> float | None:
-        """matched_steps / reference_steps (None for an empty reference)."""
+        """matched_steps / reference_steps (None without reference steps)."""
         return self.matched_steps / self.reference_steps if self.reference_steps else None
 
     @property
     def grounding_accuracy(self) -> float | None:
         """pointer_hits / pointer_pairs (None when no pointer pair could be checked)."""
         return self.pointer_hits / self.pointer_pairs if self.pointer_pairs else None
+
+
+class ReferenceScore(ReferenceCounts):
+    """Step and grounding accuracy of one task's final attempt against its reference."""
+
+    task_id: str
+    source: str
+    agent_steps: int
+    pairs: list[StepPair] = Field(default_factory=list)
 
 
 # --- solution plans ----------------------------------------------------------------------------
