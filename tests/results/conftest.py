@@ -40,14 +40,15 @@ def bundled_run_db(prefect_server: None, tmp_path_factory: pytest.TempPathFactor
     root = tmp_path_factory.mktemp("bundled-runs")
     db = root / "arena.duckdb"
     # The random agent gets 6 steps (its failures need no more); the scripted one the default.
-    for agent, run_id, max_steps in (("scripted", "report-scripted", 15), ("random", "report-random", 6)):
+    # The run ids are the ones the README's example queries name (tests/results/test_readme_queries.py).
+    for agent, run_id, max_steps in (("scripted", "nightly-scripted", 15), ("random", "nightly-random", 6)):
         run_suite(
             SuiteRunConfig(
                 agent=agent, pool_size=4, max_steps=max_steps, db_path=db, artifacts_dir=root / "artifacts",
                 run_id=run_id,
             )
         )
-    return BundledRuns(db=db, scripted="report-scripted", random="report-random")
+    return BundledRuns(db=db, scripted="nightly-scripted", random="nightly-random")
 
 
 @pytest.fixture()

@@ -9,7 +9,7 @@ Queries with a known NAME have their results checked; any other query must at le
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,22 +52,15 @@ QUERIES, PROBLEMS = parse_readme_queries(README.read_text()) if README.exists() 
 
 
 @pytest.fixture(scope="module")
-def readme_queries_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Two runs of the bundled suite through the real flow: scripted, then random."""
+def readme_queries_db(request: pytest.FixtureRequest) -> Path:
+    """Two runs of the bundled suite through the real flow, scripted then random (shared with the
+    report tests), under the run ids the README's queries name."""
     if not QUERIES:
         pytest.skip(f"{README} has no {SECTION!r} section with queries yet")
     # Only now: a skipped module should not start a Prefect server.
-    request.getfixturevalue("prefect_server")
-    from flows.evaluate_suite import SuiteRunConfig, run_suite
-
-    tmp = tmp_path_factory.mktemp("readme-queries")
-    db = tmp / "arena.duckdb"
-    for agent, run_id, max_steps in (("scripted", BASELINE, 15), ("random", NEW, 8)):
-        run_suite(
-            SuiteRunConfig(agent=agent, pool_size=4, max_steps=max_steps, db_path=db,
-                           artifacts_dir=tmp / "artifacts", run_id=run_id)
-        )
-    yield db
+    runs = request.getfixturevalue("bundled_run_db")
+    assert (runs.scripted, runs.random) == (BASELINE, NEW)
+    return runs.db
 
 
 def _run(db: Path, sql: str) -> Rows:
