@@ -71,6 +71,7 @@ def _run(args: argparse.Namespace) -> int:
             "max_cost_usd": args.max_cost,
             "max_tokens": args.max_tokens,
             "vm_hour_price_usd": args.vm_hour_price,
+            "shards": args.shards,
             "stage_timeouts": dict(
                 (k, float(v)) for k, v in (t.split("=", 1) for t in args.stage_timeout)
             ) if args.stage_timeout else None,
@@ -252,6 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--vm-hour-price", type=float, help="USD per VM-hour, for cost and the budget")
     run.add_argument(
         "--stage-timeout", action="append", help="STAGE=SECONDS wall-clock limit for reset/setup/episode/evaluate"
+    )
+    run.add_argument(
+        "--shards",
+        type=int,
+        help="split the tasks into N shards run by workers of the evaluate-shard deployment, each on its own "
+        "pool (needs a Prefect server and workers: docs/deployments.md)",
     )
     run.add_argument("--cloud-config", type=Path, help="cloud settings TOML for aws/azure (default $ARENA_CONFIG)")
     run.add_argument(

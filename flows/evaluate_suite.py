@@ -28,6 +28,12 @@ Hardening (see also flows/attempt.py for per-stage wall-clock limits):
   `<artifacts_dir>/<run_id>/progress.json`, both updated as attempts are recorded. The side file
   is there because the DuckDB file is locked by the running controller (another process cannot
   even open it read-only), so it is how a watcher follows a run from outside.
+
+Shard mode (`shards` > 0, flows/shard.py): instead of one pool in this process, the tasks still to
+do are split into shards, each run as a flow run of the `evaluate-shard` deployment on whichever
+worker host picks it up, on that host's own pool, through the same lanes and attempts as here
+(`evaluate_on_pool`). This flow then records every attempt the shards return, so resume,
+summary and progress read one DuckDB file as in the local mode.
 """
 
 from __future__ import annotations
@@ -114,8 +120,19 @@ class SuiteRunConfig(BaseModel):
     # 0 on the simulation). Benchmarks use it to simulate per-step latency.
     settle_seconds: float | None = Field(default=None, ge=0)
     db_path: Path = Path("results/arena.duckdb")
+    # Screenshots. In shard mode every shard writes here on its own host: use a path on a
+    # filesystem shared by all hosts (mounted at the same path), or the report lacks the
+    # screenshots of remote shards.
     artifacts_dir: Path = Path("results/artifacts")
     run_id: str | None = None
+    # Shard mode (flows/shard.py, docs/deployments.md): 0 = every task runs in this flow run's
+    # process. N > 0 = the tasks still to do are split into N balanced shards, each run as a flow
+    # run of `shard_deployment` ("flow/deployment") on whichever worker picks it up, each on its
+    # own pool of `pool_size` VMs. A shard run no worker has started after
+    # `shard_start_timeout_seconds` is cancelled and its tasks stay missing.
+    shards: int = Field(default=0, ge=0, le=64)
+    shard_deployment: str = "evaluate-shard/shard"
+    shard_start_timeout_seconds: float = Field(default=900.0, gt=0)
 
     @field_validator("stage_timeouts")
     @classmethod
@@ -133,6 +150,17 @@ class SuiteRunConfig(BaseModel):
                 raise ValueError(
                     f"existing WAA servers cannot be reset at level {self.reset_level.value!r}; use 'setup'"
                 )
+            if self.shards and len(self.waa_urls) < self.shards:
+                # Each shard drives its own servers (waa_urls[k::shards]); two shards on one
+                # server would reset each other's tasks.
+                raise ValueError(
+                    f"shards={self.shards} with provider 'existing' needs at least one WAA server per shard; "
+                    f"got {len(self.waa_urls)} URL(s)"
+                )
+        if self.shards and self.shard_deployment.count("/") != 1:
+            raise ValueError(
+                f"shard_deployment must name a deployment as 'flow/deployment', got {self.shard_deployment!r}"
+            )
         return self
 
     def resolved_agent_options(self) -> AgentOptions:
@@ -150,15 +178,23 @@ class RunOutcome(BaseModel):
     table: str
     status: str = "completed"
     completeness: RunCompleteness | None = None
+    # Shard mode: one line per shard run that returned no results (naming its flow run); the
+    # tasks of those shards count as missing in `completeness`.
+    shard_errors: list[str] = Field(default_factory=list)
 
 
-def _provider(config: SuiteRunConfig, run_id: str) -> VMProvider:
+def build_provider(config: SuiteRunConfig, run_id: str) -> VMProvider:
     """The VM provider the configuration names."""
     if config.provider == "existing":
         return ExistingServersProvider(config.waa_urls)
     if config.provider in ("aws", "azure"):
         return build_cloud_provider(config.provider, load_cloud_settings(config.cloud_config), run_id)
     return LocalSimulationProvider(quirks=config.quirks, quirk_settings=config.quirk_settings)
+
+
+def _environment(config: SuiteRunConfig) -> str:
+    """What the run's VMs are, as stored in runs.environment."""
+    return "local-simulation" if config.provider == "local" else config.provider
 
 
 def _flow_run_name() -> str:
@@ -191,7 +227,7 @@ def provider_leftovers(provider: VMProvider, run_id: str, logger: Any) -> None:
         logger.warning("teardown left resources of run %s behind; %s", run_id, report.summary())
 
 
-def _code_revision() -> str | None:
+def code_revision() -> str | None:
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
@@ -237,16 +273,19 @@ def evaluate_task(
     max_attempts: int,
     budget: RunBudget | None = None,
     progress: RunProgress | None = None,
+    first_attempt: int | None = None,
 ) -> BenchmarkResult | None:
     """Attempt a task until it ends for a non-infrastructure reason or attempts run out.
 
     Every attempt is recorded as it finishes; an infrastructure failure hands the VM back as
     unhealthy (the pool replaces it) and the next attempt runs on another VM. Attempt numbers
-    continue after those already stored for the task (a resumed run). No retry starts once the
-    budget is exhausted; None only if the budget stopped it before the first attempt.
+    continue after those already stored for the task (a resumed run), and start no lower than
+    `first_attempt` (a shard: the earlier attempts are in its controller's file, not in `store`).
+    No retry starts once the budget is exhausted; None only if the budget stopped it before the
+    first attempt.
     """
     result: BenchmarkResult | None = None
-    first = store.next_attempt(run_id, task.task_id)
+    first = max(store.next_attempt(run_id, task.task_id), first_attempt or 1)
     for attempt in range(first, first + max_attempts):
         if budget is not None and budget.exhausted():
             break
@@ -273,10 +312,16 @@ class WorkQueue:
     still running (and their retries) have enough VMs without it.
     """
 
-    def __init__(self, tasks: list[BenchmarkTask]) -> None:
+    def __init__(self, tasks: list[BenchmarkTask], first_attempts: dict[str, int] | None = None) -> None:
         self._todo: deque[BenchmarkTask] = deque(tasks)
         self._running = 0
         self._lock = threading.Lock()
+        # Lowest attempt number per task when the attempts so far are stored elsewhere (shards).
+        self._first_attempts = dict(first_attempts or {})
+
+    def first_attempt(self, task_id: str) -> int | None:
+        """The lowest attempt number `task_id` may use, if one was given."""
+        return self._first_attempts.get(task_id)
 
     def take(self) -> BenchmarkTask | None:
         """The next task to start (now counted as running), or None when none is left."""
@@ -320,7 +365,10 @@ def run_lane(
         if next_task is None:
             break
         try:
-            result = evaluate_task(next_task, pool, ctx, store, run_id, max_attempts, budget, progress)
+            result = evaluate_task(
+                next_task, pool, ctx, store, run_id, max_attempts, budget, progress,
+                first_attempt=work.first_attempt(next_task.task_id),
+            )
         finally:
             work.done()
         if result is not None:
@@ -346,37 +394,16 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
     agent_options = config.resolved_agent_options()
     # Build the agent and the provider up front: a bad configuration fails before anything runs.
     agent_config = build_agent(config.agent, agent_options).config()
-    provider = _provider(config, run_id)
-    environment = "local-simulation" if config.provider == "local" else config.provider
+    provider = build_provider(config, run_id)
+    environment = _environment(config)
 
     with ResultStore(config.db_path) as store:
         finished = store.finished_task_ids(run_id)
         todo = [t for t in tasks if t.task_id not in finished]
         if finished:
             logger.info("Resuming run %s: %d of %d tasks already have final results", run_id, len(finished), len(tasks))
-        flow_run = get_run_context().flow_run
         store.start_run(
-            RunInfo(
-                run_id=run_id,
-                started_at=datetime.now(timezone.utc),
-                status="running",
-                agent=config.agent,
-                agent_config=agent_config,
-                model_id=agent_config.get("model"),
-                model_endpoint=agent_config.get("base_url"),
-                suite=str(config.suite_dir),
-                suite_hash=catalog.content_hash(),
-                task_count=len(tasks),
-                pool_size=config.pool_size,
-                provider=config.provider,
-                reset_level=config.reset_level.value,
-                code_revision=_code_revision(),
-                prefect_flow_run_id=str(flow_run.id) if flow_run else None,
-                environment=environment,
-                model_checkpoint=config.model_checkpoint,
-                vm_image=provider.image_id,
-                run_config=config.model_dump(mode="json"),
-            ),
+            run_info(config, run_id, catalog, len(tasks), agent_config, provider),
             resume=store.get_run(run_id) is not None,
         )
         budget = RunBudget.for_run(config, store, run_id)
@@ -384,9 +411,21 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
             run_id, len(tasks), len(tasks) - len(todo), config.artifacts_dir / run_id / "progress.json"
         )
         status = "failed"
+        shard_errors: list[str] = []
         try:
-            results = _evaluate_on_pool(config, run_id, catalog, todo, provider, agent_options, store, budget, progress)
-            completeness = _completeness(store, run_id, tasks, budget)
+            if config.shards:
+                # Imported here: flows.shard builds on this module (one implementation of lanes,
+                # pool and attempts), so a top-level import would be circular.
+                from flows.shard import evaluate_on_shards
+
+                if isinstance(provider, LocalSimulationProvider):
+                    provider.close()  # each shard starts its own simulations on its host
+                results, shard_errors = evaluate_on_shards(config, run_id, catalog, todo, store, budget, progress)
+            else:
+                results = evaluate_on_pool(
+                    config, run_id, catalog, todo, provider, agent_options, store, budget, progress
+                )
+            completeness = run_completeness(store, run_id, tasks, budget)
             status = completeness.status
         finally:
             store.finish_run(run_id, status)
@@ -394,6 +433,11 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
         summary = store.summary(run_id)
 
     table = format_summary(run_id, summary, environment, completeness)
+    markdown = summary_markdown(run_id, summary, environment, completeness)
+    if shard_errors:
+        # Say why tasks are missing wherever the summary is shown, not only in the log.
+        table += "\nshards without results:\n" + "\n".join(f"  {e}" for e in shard_errors)
+        markdown += "\n\n**Shards without results**\n\n" + "\n".join(f"- {e}" for e in shard_errors)
     logger.info("Run summary\n%s", table)
     if completeness.missing:
         logger.warning(
@@ -402,17 +446,52 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
         )
     description = f"WAA run {run_id}: {config.agent} agent on {len(tasks)} tasks ({environment}), {status}"
     create_table_artifact(key="waa-run-summary", table=summary_rows(summary, completeness), description=description)
-    create_markdown_artifact(
-        key="waa-run-summary-report",
-        markdown=summary_markdown(run_id, summary, environment, completeness),
-        description=description,
-    )
+    create_markdown_artifact(key="waa-run-summary-report", markdown=markdown, description=description)
     return RunOutcome(
-        run_id=run_id, db_path=config.db_path, results=results, table=table, status=status, completeness=completeness
+        run_id=run_id,
+        db_path=config.db_path,
+        results=results,
+        table=table,
+        status=status,
+        completeness=completeness,
+        shard_errors=shard_errors,
     )
 
 
-def _completeness(store: ResultStore, run_id: str, tasks: list[BenchmarkTask], budget: RunBudget) -> RunCompleteness:
+def run_info(
+    config: SuiteRunConfig,
+    run_id: str,
+    catalog: WAATaskCatalog,
+    task_count: int,
+    agent_config: dict[str, Any],
+    provider: VMProvider,
+) -> RunInfo:
+    """The `runs` row of a run (or of one shard's local file): its provenance."""
+    flow_run = get_run_context().flow_run
+    return RunInfo(
+        run_id=run_id,
+        started_at=datetime.now(timezone.utc),
+        status="running",
+        agent=config.agent,
+        agent_config=agent_config,
+        model_id=agent_config.get("model"),
+        model_endpoint=agent_config.get("base_url"),
+        suite=str(config.suite_dir),
+        suite_hash=catalog.content_hash(),
+        task_count=task_count,
+        pool_size=config.pool_size,
+        provider=config.provider,
+        reset_level=config.reset_level.value,
+        code_revision=code_revision(),
+        prefect_flow_run_id=str(flow_run.id) if flow_run else None,
+        environment=_environment(config),
+        model_checkpoint=config.model_checkpoint,
+        vm_image=provider.image_id,
+        run_config=config.model_dump(mode="json"),
+    )
+
+
+def run_completeness(store: ResultStore, run_id: str, tasks: list[BenchmarkTask], budget: RunBudget) -> RunCompleteness:
     """What share of the selected tasks has a final result, and why the rest has none."""
     final = store.finished_task_ids(run_id)
     latest = {r["task_id"]: r["outcome"] for r in store.latest_attempts(run_id)}
@@ -443,7 +522,7 @@ def _completeness(store: ResultStore, run_id: str, tasks: list[BenchmarkTask], b
     )
 
 
-def _evaluate_on_pool(
+def evaluate_on_pool(
     config: SuiteRunConfig,
     run_id: str,
     catalog: WAATaskCatalog,
@@ -453,13 +532,24 @@ def _evaluate_on_pool(
     store: ResultStore,
     budget: RunBudget,
     progress: RunProgress | None = None,
+    *,
+    shard: int | None = None,
+    expected_seconds: dict[str, float] | None = None,
+    first_attempts: dict[str, int] | None = None,
 ) -> list[BenchmarkResult]:
-    """Provision the pool, run every task in lanes, and always tear the pool down."""
+    """Provision the pool, run every task in lanes, and always tear the pool down.
+
+    A shard (flows/shard.py) passes its number, which names its pool, concurrency limit and
+    cloud resources apart from the other shards of the run (see `resource_id`), plus what only
+    its controller knows: the tasks' expected durations and their lowest attempt numbers.
+    """
     if not todo or budget.exhausted():
         if isinstance(provider, LocalSimulationProvider):
             provider.close()
         return []
-    pool = VMPool(provider, size=min(config.pool_size, len(todo)), run_id=run_id[-6:])
+    resources = resource_id(run_id, shard)
+    label = run_id[-6:] if shard is None else f"{run_id[-6:]}-s{shard}"
+    pool = VMPool(provider, size=min(config.pool_size, len(todo)), run_id=label)
     budget.pool = pool
     try:
         with tempfile.TemporaryDirectory(prefix="waa-cache-") as cache_dir:
@@ -477,8 +567,10 @@ def _evaluate_on_pool(
                 stage_timeouts=config.stage_timeouts,
             )
             provision_pool(pool)
-            work = WorkQueue(longest_first(todo, store.expected_seconds([t.task_id for t in todo], config.agent)))
-            with _pool_concurrency_limit(f"waa-pool-{run_id}", pool.size) as limit_name:
+            if expected_seconds is None:
+                expected_seconds = store.expected_seconds([t.task_id for t in todo], config.agent)
+            work = WorkQueue(longest_first(todo, expected_seconds), first_attempts)
+            with _pool_concurrency_limit(f"waa-pool-{resources}", pool.size) as limit_name:
                 with concurrency(limit_name, occupy=pool.size, strict=True):
                     futures = [
                         run_lane.submit(lane, work, pool, ctx, store, run_id, config.max_attempts, budget, progress)
@@ -496,7 +588,17 @@ def _evaluate_on_pool(
         if isinstance(provider, LocalSimulationProvider):
             provider.close()
         else:
-            provider_leftovers(provider, run_id, get_run_logger())
+            provider_leftovers(provider, resources, get_run_logger())
+
+
+def resource_id(run_id: str, shard: int | None = None) -> str:
+    """The id that tags a pool's cloud resources and names its concurrency limit.
+
+    Each shard of a run gets its own (`<run_id>-shard<k>`): shards end at different times on
+    different hosts, and a shard's teardown sweeps everything tagged with its id, so a shared id
+    would let the first shard to finish delete the VMs of the others.
+    """
+    return run_id if shard is None else f"{run_id}-shard{shard}"
 
 
 def longest_first(tasks: list[BenchmarkTask], expected_seconds: dict[str, float]) -> list[BenchmarkTask]:

@@ -296,12 +296,17 @@ def test_prefect_yaml_deploys_to_a_work_pool(prefect_api: dict[str, Any], client
         "PREFECT_LOGGING_LEVEL": "WARNING",
     }
     prefect = [str(PREFECT_BIN), "--no-prompt"]
-    for args in (["work-pool", "create", "waa-controllers", "--type", "process"], ["deploy", "--all"]):
+    for args in (
+        ["work-pool", "create", "waa-controllers", "--type", "process"],
+        ["work-pool", "create", "waa-shards", "--type", "process"],
+        ["deploy", "--all"],
+    ):
         done = subprocess.run([*prefect, *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, f"prefect {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
     names = ["evaluate-suite/bundled-local", "nightly-baselines/nightly-baselines", "evaluate-model-update/on-model-update"]
     deployments = {n: client.read_deployment_by_name(n) for n in names}
     assert all(d.work_pool_name == "waa-controllers" for d in deployments.values())
+    assert client.read_deployment_by_name("evaluate-shard/shard").work_pool_name == "waa-shards"
     (schedule,) = deployments["nightly-baselines/nightly-baselines"].schedules
     assert schedule.schedule.cron == "0 2 * * *" and schedule.schedule.timezone == "UTC"
     on_update = deployments["evaluate-model-update/on-model-update"]
