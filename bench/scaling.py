@@ -4,7 +4,8 @@ Builds, in a temporary directory, a suite of 154 tasks (WAA's size) in WAA's lay
 the 16 bundled tasks under new ids (each task file copied with a new `id` and file name into its
 own domain, its scripted plan copied in `solutions.json` under the new id), then runs the
 scripted agent on it on local simulation VMs with a simulated per-step latency (the pause after
-each action, `settle_seconds`), once per pool size, each run in a fresh Prefect test server.
+each action, `settle_seconds`), once per pool size, each run in a fresh process with a fresh
+Prefect test server.
 All runs write to one DuckDB file, as a nightly rerun does: the flow starts tasks longest first
 by the durations earlier runs recorded there, so the first pool size runs in suite order and the
 later ones in that order (`--fresh-db` gives each run its own file, i.e. no history).
@@ -38,11 +39,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +68,7 @@ class PoolResult:
     mean_task: float
     mean_task_without_latency: float
     outside_span: float
+    unsolved: list[str]  # "task: outcome: reason" of each task whose last attempt failed
 
     @property
     def ideal(self) -> float:
@@ -111,21 +115,21 @@ def build_suite(dest: Path, count: int) -> list[str]:
     return [task_id for ids in new_index.values() for task_id in ids]
 
 
-def run_pool(suite: Path, tmp: Path, pool: int, latency: float, fresh_db: bool) -> PoolResult:
-    """One run of the whole suite on `pool` VMs, in a fresh Prefect test server."""
+def run_pool(suite: Path, tmp: Path, index: int, pool: int, latency: float, fresh_db: bool) -> PoolResult:
+    """Run number `index` of the whole suite, on `pool` VMs, in a fresh Prefect test server."""
     import duckdb
     from prefect.testing.utilities import prefect_test_harness
 
     from flows.evaluate_suite import SuiteRunConfig, run_suite
 
-    run_id = f"scaling-p{pool}"
+    run_id = f"scaling-{index}-p{pool}"  # unique: the same pool size may be measured twice
     db = tmp / (f"{run_id}.duckdb" if fresh_db else "scaling.duckdb")
     config = SuiteRunConfig(
         suite_dir=suite,
         pool_size=pool,
         settle_seconds=latency,
         db_path=db,
-        artifacts_dir=tmp / f"artifacts-p{pool}",
+        artifacts_dir=tmp / f"artifacts-{run_id}",
         run_id=run_id,
     )
     with prefect_test_harness(server_startup_timeout=90):
@@ -143,6 +147,14 @@ def run_pool(suite: Path, tmp: Path, pool: int, latency: float, fresh_db: bool) 
                FROM task_results r WHERE r.run_id = ?""",
             [run_id],
         ).fetchall()
+        unsolved = [
+            f"{task}: {outcome}: {(error or reason or '')[:200]}"
+            for task, outcome, reason, error in con.execute(
+                "SELECT task_id, outcome, reason, error FROM latest_task_results WHERE run_id = ? AND NOT success "
+                "ORDER BY task_id",
+                [run_id],
+            ).fetchall()
+        ]
         tasks, successes = con.execute(
             "SELECT count(*), coalesce(sum(success::INT), 0) FROM latest_task_results WHERE run_id = ?", [run_id]
         ).fetchone()
@@ -164,6 +176,7 @@ def run_pool(suite: Path, tmp: Path, pool: int, latency: float, fresh_db: bool) 
         mean_task=work / len(rows),
         mean_task_without_latency=(work - slept) / len(rows),
         outside_span=wall - span,
+        unsolved=unsolved,
     )
 
 
@@ -195,8 +208,11 @@ def main() -> None:
             f"{cores} CPU cores, "
             + ("a fresh DuckDB per run" if args.fresh_db else "one DuckDB for all runs (later runs order tasks longest first)")
         )
-        for pool in pools:
-            result = run_pool(suite, tmp, pool, args.step_latency, args.fresh_db)
+        for index, pool in enumerate(pools):
+            # Each run in a fresh interpreter: Prefect's process-wide services (the events
+            # worker) would otherwise keep retrying the previous run's stopped test server.
+            with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as child:
+                result = child.submit(run_pool, suite, tmp, index, pool, args.step_latency, args.fresh_db).result()
             results.append(result)
             print(f"  pool {pool:>2}: done in {result.wall:.1f} s", flush=True)
         shutil.rmtree(suite, ignore_errors=True)
@@ -219,6 +235,8 @@ def main() -> None:
             speedup = base.wall / r.wall
             line += f" {f'{speedup:.2f}x ({speedup / r.pool:.0%})':>12}"
         print(line)
+        for line in r.unsolved:
+            print(f"      not solved: {line}")
         if r.attempts != r.tasks:
             print(f"      ({r.attempts} attempts for {r.tasks} tasks: infrastructure errors were retried)")
     print()

@@ -23,6 +23,7 @@ no steps (they die with the abandoned thread).
 from __future__ import annotations
 
 import contextvars
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -130,6 +131,17 @@ class AttemptContext:
         return DEFAULT_STAGE_TIMEOUTS[stage]
 
 
+def attempt_cache_dir(cache_root: Path, task_id: str, attempt: int) -> Path:
+    """The folder for files copied from the VM during one attempt.
+
+    One per attempt because concurrent tasks name the same files (two copies of a task, or two
+    tasks both checking "Book1.xlsx") and would otherwise read each other's copies. The task id
+    comes from a task file, so it is reduced to a safe folder name.
+    """
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", task_id).strip(".") or "task"
+    return cache_root / "attempts" / f"{safe}-{attempt}"
+
+
 def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt: int) -> BenchmarkResult:
     """Run every stage once on `vm`, each within its wall-clock limit; marks the VM unhealthy on
     infrastructure trouble of the VM (not of the agent's model endpoint) and on a stage timeout."""
@@ -184,7 +196,12 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
         return finish(OutcomeKind.TIMEOUT, error=str(exc), unhealthy=True)
 
     adapter = WAALiveAdapter(
-        WAAClient(vm.base_url), ctx.catalog, ctx.cache_dir, ctx.adapter_settings, devtools_url=vm.devtools_url
+        WAAClient(vm.base_url),
+        ctx.catalog,
+        attempt_cache_dir(ctx.cache_dir, task.task_id, attempt),
+        ctx.adapter_settings,
+        devtools_url=vm.devtools_url,
+        download_dir=ctx.cache_dir / "downloads",
     )
     try:
         try:

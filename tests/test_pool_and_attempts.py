@@ -192,3 +192,25 @@ def test_longest_first_starts_untimed_tasks_then_the_longest() -> None:
     a, b, c, d = (t.task_id for t in tasks)
     ordered = longest_first(tasks, {a: 5.0, c: 20.0, d: 1.0})
     assert [t.task_id for t in ordered] == [b, c, a, d]
+
+
+def test_concurrent_attempts_keep_their_vm_files_apart(prefect_server: None, provider: LocalSimulationProvider, tmp_path: Path) -> None:
+    """Two copies of a task that both evaluate C:\\...\\draft.txt, run at the same time on two VMs:
+    each attempt copies the VM's file into its own folder (they once shared one and a run of the
+    scaling bench scored one copy with the other's file)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from flows.attempt import attempt_cache_dir
+
+    base = CATALOG.load("notepad-draft-documents")
+    copies = [base.model_copy(update={"task_id": f"notepad-draft-documents-r{i}"}) for i in range(2)]
+    plans = {c.task_id: PLANS["notepad-draft-documents"] for c in copies}
+    ctx = _ctx(provider, tmp_path)
+    ctx = AttemptContext(**{**ctx.__dict__, "agent_factory": lambda: ScriptedAgent(plans)})
+    vms = [provider.create(f"c{i}") for i in range(2)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda pair: run_attempt(pair[0], pair[1], ctx, attempt=1), zip(copies, vms)))
+    assert [r.outcome for r in results] == [OutcomeKind.SUCCESS, OutcomeKind.SUCCESS], [r.reason for r in results]
+    folders = {attempt_cache_dir(ctx.cache_dir, c.task_id, 1) for c in copies}
+    assert len(folders) == 2 and all((f / "draft.txt").read_text().startswith("This is a draft.") for f in folders)
+    assert attempt_cache_dir(tmp_path, "../../etc/x", 2).parent == tmp_path / "attempts"

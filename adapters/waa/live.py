@@ -80,13 +80,21 @@ class WAALiveAdapter(BenchmarkAdapter):
         cache_dir: Path,
         settings: LiveAdapterSettings | None = None,
         devtools_url: str | None = None,
+        download_dir: Path | None = None,
     ) -> None:
+        """`cache_dir` takes files copied from the VM for one task attempt (concurrent attempts
+        need their own: tasks name the same files); `download_dir` (default `cache_dir /
+        "downloads"`) keeps files downloaded by URL and may be shared."""
         self.client = client
         self.catalog = catalog
         self.cache_dir = cache_dir
         self.settings = settings or LiveAdapterSettings()
         self.setup_runner = SetupRunner(
-            client, cache_dir, launch_verify_seconds=self.settings.launch_verify_seconds, devtools_url=devtools_url
+            client,
+            cache_dir,
+            launch_verify_seconds=self.settings.launch_verify_seconds,
+            devtools_url=devtools_url,
+            download_dir=download_dir,
         )
         self._screen_size: tuple[int, int] | None = None
         self._last_observation: BenchmarkObservation | None = None
@@ -254,6 +262,7 @@ class WAALiveAdapter(BenchmarkAdapter):
                 cache_dir=self.cache_dir,
                 run_postconfig=self.setup_runner.run,
                 offline=self.settings.offline_evaluation,
+                download_dir=self.setup_runner.download_dir,
                 devtools_url=self.setup_runner.devtools_url,
             )
         if outcome.kind == "scored":

@@ -9,6 +9,7 @@ being scored as an agent failure.
 from __future__ import annotations
 
 import hashlib
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path, PureWindowsPath
@@ -91,9 +92,13 @@ class SetupRunner:
         download_timeout: float = 120.0,
         launch_verify_seconds: float = 30.0,
         devtools_url: str | None = None,
+        download_dir: Path | None = None,
     ) -> None:
         self.client = client
         self.cache_dir = cache_dir
+        # Downloads are keyed by URL and may be shared between attempts (and so between
+        # threads); everything else in cache_dir belongs to one attempt.
+        self.download_dir = download_dir if download_dir is not None else cache_dir / "downloads"
         self._sleep = sleep
         self.download_timeout = download_timeout
         # WAA's /setup/launch answers 200 even when nothing starts: wait this long for a window.
@@ -274,7 +279,7 @@ class SetupRunner:
     def download_cache_path(self, url: str, name: str) -> Path:
         """Where the host keeps its copy of a downloaded file (one per URL)."""
         digest = hashlib.sha256(url.encode()).hexdigest()[:32]
-        return self.cache_dir / "downloads" / f"{digest}_{Path(name).name}"
+        return self.download_dir / f"{digest}_{Path(name).name}"
 
     def _fetch_cached(self, url: str, name: str) -> bytes:
         """Download on the host once per URL (WAA's behaviour), then reuse the cached copy."""
@@ -284,9 +289,11 @@ class SetupRunner:
         response = requests.get(url, timeout=self.download_timeout)
         response.raise_for_status()
         cached.parent.mkdir(parents=True, exist_ok=True)
-        partial = cached.with_suffix(cached.suffix + ".part")
-        partial.write_bytes(response.content)
-        partial.replace(cached)
+        # A temporary file of this writer's own, renamed into place: two attempts fetching the
+        # same URL at once never write into the file the other is reading.
+        with tempfile.NamedTemporaryFile(dir=cached.parent, prefix=cached.name, suffix=".part", delete=False) as part:
+            part.write(response.content)
+        Path(part.name).replace(cached)
         return response.content
 
 
