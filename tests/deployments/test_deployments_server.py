@@ -10,69 +10,26 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import requests
 
-PROJECT = Path(__file__).resolve().parents[2]
-PREFECT_BIN = Path(sys.executable).parent / "prefect"
-T = TypeVar("T")
+from server_helpers import PREFECT_BIN, PROJECT, free_port, stop, tail, wait_for
+
 
 # Two tasks of the bundled suite keep the triggered evaluation short.
 TEST_TASKS = ["notepad-append-line", "settings-notifications-off"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for(what: str, fn: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = fn()
-            if value:
-                return value
-        except Exception as exc:  # noqa: BLE001 - retried until the deadline
-            last_error = exc
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last error: {last_error!r})")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group (the server's uvicorn, the runner's flow-run processes), then SIGKILL."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    except ProcessLookupError:
-        pass
-
-
-def _tail(path: Path, n: int = 4000) -> str:
-    return path.read_text(errors="replace")[-n:] if path.exists() else ""
 
 
 @pytest.fixture(scope="module")
 def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A real Prefect server and `python -m deployments.serve` against it; yields their settings."""
     tmp = tmp_path_factory.mktemp("prefect-server")
-    port = _free_port()
+    port = free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     base_env = {
         k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and not k.startswith("ARENA_")
@@ -115,9 +72,9 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
                 )
             )
         try:
-            _wait_for("the server's /api/health", lambda: requests.get(f"{api_url}/health", timeout=2).ok, 90)
+            wait_for("the server's /api/health", lambda: requests.get(f"{api_url}/health", timeout=2).ok, 90)
         except AssertionError as exc:
-            raise AssertionError(f"{exc}\nserver log:\n{_tail(server_log)}") from None
+            raise AssertionError(f"{exc}\nserver log:\n{tail(server_log)}") from None
         with serve_log.open("wb") as out:
             procs.append(
                 subprocess.Popen(
@@ -128,7 +85,7 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         yield {"api_url": api_url, "tmp": tmp, "serve_log": serve_log, "server_log": server_log, "procs": procs}
     finally:
         for proc in reversed(procs):
-            _stop(proc)
+            stop(proc)
 
 
 @pytest.fixture()
@@ -159,13 +116,13 @@ def test_deployments_schedule_trigger_and_event_run(prefect_api: dict[str, Any],
 
     # 1. serve registered the three deployments.
     try:
-        on_update = _wait_for(
+        on_update = wait_for(
             "deployment evaluate-model-update/on-model-update",
             lambda: _deployment(client, "evaluate-model-update/on-model-update"),
             60,
         )
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\nserve log:\n{_tail(prefect_api['serve_log'])}") from None
+        raise AssertionError(f"{exc}\nserve log:\n{tail(prefect_api['serve_log'])}") from None
     bundled = _deployment(client, "evaluate-suite/bundled-local")
     nightly = _deployment(client, "nightly-baselines/nightly-baselines")
     assert bundled is not None and nightly is not None
@@ -184,7 +141,7 @@ def test_deployments_schedule_trigger_and_event_run(prefect_api: dict[str, Any],
                 return a
         return None
 
-    auto = _wait_for("the on-model-update automation", automation, 30)
+    auto = wait_for("the on-model-update automation", automation, 30)
     assert auto.enabled
     assert auto.trigger.expect == {"model.updated"}
     assert auto.trigger.match.model_dump() == {"prefect.resource.id": "model.*"}
@@ -199,10 +156,10 @@ def test_deployments_schedule_trigger_and_event_run(prefect_api: dict[str, Any],
         return next((r for r in runs if r.parameters.get("model") == "test-ckpt-1"), None)
 
     try:
-        run = _wait_for("a flow run of on-model-update for model test-ckpt-1", triggered_run, 60)
+        run = wait_for("a flow run of on-model-update for model test-ckpt-1", triggered_run, 60)
     except AssertionError as exc:
         raise AssertionError(
-            f"{exc}\nserve log:\n{_tail(prefect_api['serve_log'])}\nserver log:\n{_tail(prefect_api['server_log'])}"
+            f"{exc}\nserve log:\n{tail(prefect_api['serve_log'])}\nserver log:\n{tail(prefect_api['server_log'])}"
         ) from None
     assert run.parameters["endpoint"] == "http://gpu-host:8000/v1"
     assert run.parameters["checkpoint"] is None
@@ -216,10 +173,10 @@ def test_deployments_schedule_trigger_and_event_run(prefect_api: dict[str, Any],
         return state if state is not None and state.is_final() else None
 
     try:
-        state = _wait_for("the on-model-update run to finish", finished, 90)
+        state = wait_for("the on-model-update run to finish", finished, 90)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\nserve log:\n{_tail(prefect_api['serve_log'])}") from None
-    assert state.type == StateType.COMPLETED, f"{state}\nserve log:\n{_tail(prefect_api['serve_log'])}"
+        raise AssertionError(f"{exc}\nserve log:\n{tail(prefect_api['serve_log'])}") from None
+    assert state.type == StateType.COMPLETED, f"{state}\nserve log:\n{tail(prefect_api['serve_log'])}"
     artifact = client.read_latest_artifacts()
     markdown = [a for a in artifact if a.key == "model-update-scripted-bundled-local"]
     assert markdown, [a.key for a in artifact]
@@ -243,7 +200,7 @@ def test_deployments_schedule_trigger_and_event_run(prefect_api: dict[str, Any],
         runs = client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[on_update.id])))
         return next((r for r in runs if r.parameters.get("model") == "test-ckpt-2"), None)
 
-    second = _wait_for("a flow run of on-model-update for model test-ckpt-2", curl_run, 60)
+    second = wait_for("a flow run of on-model-update for model test-ckpt-2", curl_run, 60)
     assert second.parameters["checkpoint"] == "s3://ckpts/2"
 
 
@@ -254,7 +211,7 @@ def test_nightly_baselines_run_from_their_schedule(prefect_api: dict[str, Any], 
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
     from prefect.client.schemas.objects import StateType
 
-    nightly = _wait_for(
+    nightly = wait_for(
         "deployment nightly-baselines/nightly-baselines",
         lambda: _deployment(client, "nightly-baselines/nightly-baselines"),
         60,
@@ -265,10 +222,10 @@ def test_nightly_baselines_run_from_their_schedule(prefect_api: dict[str, Any], 
         return next((r for r in runs if r.auto_scheduled and r.state is not None and r.state.is_final()), None)
 
     try:
-        run = _wait_for("a scheduled nightly-baselines run to finish", scheduled_and_finished, 150, interval=2)
+        run = wait_for("a scheduled nightly-baselines run to finish", scheduled_and_finished, 150, interval=2)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\nserve log:\n{_tail(prefect_api['serve_log'])}") from None
-    assert run.state.type == StateType.COMPLETED, f"{run.state}\nserve log:\n{_tail(prefect_api['serve_log'])}"
+        raise AssertionError(f"{exc}\nserve log:\n{tail(prefect_api['serve_log'])}") from None
+    assert run.state.type == StateType.COMPLETED, f"{run.state}\nserve log:\n{tail(prefect_api['serve_log'])}"
     # The served process is the DuckDB file's only writer, and it may be running the next
     # minute's run: read the file once no run of the deployment is running.
     def idle() -> bool:
@@ -283,7 +240,7 @@ def test_nightly_baselines_run_from_their_schedule(prefect_api: dict[str, Any], 
                 "SELECT agent, status FROM runs WHERE prefect_flow_run_id IS NOT NULL AND status = 'completed'"
             ).fetchall()
 
-    assert ("scripted", "completed") in _wait_for("a completed baseline run in DuckDB", baseline_runs, 60, interval=1)
+    assert ("scripted", "completed") in wait_for("a completed baseline run in DuckDB", baseline_runs, 60, interval=1)
 
 
 def test_prefect_yaml_deploys_to_a_work_pool(prefect_api: dict[str, Any], client: Any) -> None:

@@ -18,26 +18,22 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import duckdb
 import psutil
 import pytest
 import requests
 
-PROJECT = Path(__file__).resolve().parents[2]
-PREFECT_BIN = Path(sys.executable).parent / "prefect"
+from server_helpers import PREFECT_BIN, PROJECT, free_port, stop, tail, wait_for
+
 POOL = "waa-shards"
 WORKERS = ("host-a", "host-b")
-T = TypeVar("T")
 
 # Bundled tasks whose scripted plans are short, so each shard's pool is busy for a few seconds.
 TASKS = [
@@ -48,44 +44,6 @@ TASKS = [
     "settings-notifications-off",
     "settings-storage-sense-on",
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for(what: str, fn: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = fn()
-            if value:
-                return value
-        except Exception as exc:  # noqa: BLE001 - retried until the deadline
-            last_error = exc
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last error: {last_error!r})")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group (a worker and its flow-run processes), then SIGKILL."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    except ProcessLookupError:
-        pass
-
-
-def _tail(path: Path, n: int = 4000) -> str:
-    return path.read_text(errors="replace")[-n:] if path.exists() else ""
 
 
 def _rows(db: Path, sql: str, params: list[Any] | None = None) -> list[tuple]:
@@ -152,7 +110,7 @@ def test_shard_config_splits_servers_budget_and_keeps_paths_portable() -> None:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A Prefect server, the shard deployment from prefect.yaml on a process pool, two workers."""
     tmp = tmp_path_factory.mktemp("shards")
-    port = _free_port()
+    port = free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     base_env = {
         k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and not k.startswith("ARENA_")
@@ -176,9 +134,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
                 )
             )
         try:
-            _wait_for("the server's /api/health", lambda: requests.get(f"{api_url}/health", timeout=2).ok, 90)
+            wait_for("the server's /api/health", lambda: requests.get(f"{api_url}/health", timeout=2).ok, 90)
         except AssertionError as exc:
-            raise AssertionError(f"{exc}\nserver log:\n{_tail(logs['server'])}") from None
+            raise AssertionError(f"{exc}\nserver log:\n{tail(logs['server'])}") from None
 
         # The documented setup: a process pool for shards, then the deployment from prefect.yaml.
         cli_env = {**base_env, "PREFECT_HOME": str(tmp / "cli-home"), "PREFECT_API_URL": api_url,
@@ -226,17 +184,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
                 return {w.name for w in client.read_workers_for_work_pool(POOL)} >= set(WORKERS)
 
         try:
-            _wait_for("both workers to poll the pool", both_workers_online, 60)
+            wait_for("both workers to poll the pool", both_workers_online, 60)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{_logs(info)}") from None
         yield info
     finally:
         for proc in reversed(procs):
-            _stop(proc)
+            stop(proc, timeout=15)
 
 
 def _logs(cluster: dict[str, Any]) -> str:
-    return "\n".join(f"--- {name} log:\n{_tail(path)}" for name, path in cluster["logs"].items())
+    return "\n".join(f"--- {name} log:\n{tail(path)}" for name, path in cluster["logs"].items())
 
 
 @contextmanager
@@ -375,7 +333,7 @@ def test_a_crashed_shard_leaves_the_run_incomplete_and_resume_finishes_it(cluste
         return next((r for r in runs if r.infrastructure_pid), None)
 
     try:
-        victim = _wait_for("a running shard", running_shard, 180, interval=0.25)
+        victim = wait_for("a running shard", running_shard, 180, interval=0.25)
     except AssertionError as exc:
         thread.join(300)
         raise AssertionError(f"{exc}\n{box}\n{_logs(cluster)}") from None
