@@ -36,7 +36,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -239,7 +239,22 @@ class _Candidates:
         return [demo for _, demo in kept[:k]]
 
 
-class LexicalDemoRetriever:
+class _LibraryRetriever:
+    """What every retriever over a demo library shares: its candidates and how it is loaded."""
+
+    _c: _Candidates
+
+    @classmethod
+    def from_directory(cls, directory: Path = DEFAULT_DEMO_LIBRARY, **kwargs: Any) -> Self:
+        """The retriever over the demo library in `directory` (keyword arguments as the constructor's)."""
+        return cls(load_demo_library(directory), **kwargs)  # type: ignore[call-arg]
+
+    @property
+    def demos(self) -> list[Demo]:
+        return list(self._c.demos)
+
+
+class LexicalDemoRetriever(_LibraryRetriever):
     """BM25 over each demo's instruction, domain and steps (weighted 2 / 1 / 0.5); pure Python.
 
     Score = BM25(task instruction, demo) * (1 + domain_boost) when the demo's domain is the task's
@@ -280,14 +295,6 @@ class LexicalDemoRetriever:
             df.update(doc.keys())
         n = len(self._docs)
         self._idf = {term: math.log(1 + (n - count + 0.5) / (count + 0.5)) for term, count in df.items()}
-
-    @classmethod
-    def from_directory(cls, directory: Path = DEFAULT_DEMO_LIBRARY, **kwargs: Any) -> LexicalDemoRetriever:
-        return cls(load_demo_library(directory), **kwargs)
-
-    @property
-    def demos(self) -> list[Demo]:
-        return list(self._c.demos)
 
     def config(self) -> dict[str, Any]:
         return {
@@ -362,7 +369,7 @@ def load_packaged_minilm_encoder(device: str = "cpu") -> Encoder:
     return encode
 
 
-class EmbeddingDemoRetriever:
+class EmbeddingDemoRetriever(_LibraryRetriever):
     """Cosine similarity of sentence embeddings: task instruction vs. each demo's search_text().
 
     `encoder` is any callable from a list of texts to vectors; by default the offline MiniLM model
@@ -389,14 +396,6 @@ class EmbeddingDemoRetriever:
         self.encoder_name = encoder_name or ("custom" if encoder is not None else EMBEDDING_PACKAGE)
         self.min_similarity = min_similarity
         self._demo_vectors: list[list[float]] | None = None
-
-    @classmethod
-    def from_directory(cls, directory: Path = DEFAULT_DEMO_LIBRARY, **kwargs: Any) -> EmbeddingDemoRetriever:
-        return cls(load_demo_library(directory), **kwargs)
-
-    @property
-    def demos(self) -> list[Demo]:
-        return list(self._c.demos)
 
     def config(self) -> dict[str, Any]:
         return {

@@ -65,7 +65,7 @@ def getter(name: str) -> Callable[[_F], _F]:
     return register
 
 
-def _soft(ctx: GetterContext, what: str, call: Callable[[], Any], default: Any) -> Any:
+def soft_call(ctx: GetterContext, what: str, call: Callable[[], Any], default: Any) -> Any:
     """Call the VM; an unexpected HTTP status becomes `default`, as WAA's controller does."""
     try:
         return call()
@@ -76,7 +76,7 @@ def _soft(ctx: GetterContext, what: str, call: Callable[[], Any], default: Any) 
 
 def _execute_as_dict(ctx: GetterContext, command: list[str] | str, shell: bool, what: str) -> dict | None:
     """POST /execute shaped like WAA's `execute_shell_command` answer: the JSON dict, or None."""
-    result = _soft(ctx, what, lambda: ctx.vm.execute(command, shell=shell), None)
+    result = soft_call(ctx, what, lambda: ctx.vm.execute(command, shell=shell), None)
     if result is None:
         return None
     return {
@@ -201,7 +201,7 @@ def get_vm_file(ctx: GetterContext, config: dict[str, Any]) -> str | None | list
     ctx.cache_dir.mkdir(parents=True, exist_ok=True)
     given: list[str | None] = []
     for index, (vm_path, dest) in enumerate(zip(paths, dests)):
-        content = _soft(ctx, f"reading {vm_path}", lambda p=vm_path: ctx.vm.get_file(p), None)
+        content = soft_call(ctx, f"reading {vm_path}", lambda p=vm_path: ctx.vm.get_file(p), None)
         if content is None:
             ctx.notes.append(f"vm_file: {vm_path} does not exist on the VM")
             if index in gives:
@@ -247,7 +247,7 @@ def get_vm_file_exists_in_vm_folder(ctx: GetterContext, config: dict[str, Any]) 
     if not folder_name or not file_name:
         return 0.0
     vm_path = posixpath.join(folder_name, file_name)
-    content = _soft(ctx, f"reading {vm_path}", lambda: ctx.vm.get_file(vm_path), None)
+    content = soft_call(ctx, f"reading {vm_path}", lambda: ctx.vm.get_file(vm_path), None)
     if content is None:
         ctx.notes.append(f"vm_file_exists_in_vm_folder: {vm_path} does not exist on the VM")
     elif not content:
@@ -262,10 +262,10 @@ def get_vm_file_exists_in_vm_folder(ctx: GetterContext, config: dict[str, Any]) 
 def get_vm_folder_exists_in_documents(ctx: GetterContext, config: dict[str, Any]) -> bool:
     """WAA `get_vm_folder_exists_in_documents`: True/False (bools) from POST /folder_exists
     with the VM's Documents folder. Any failed route answer is False, as in WAA."""
-    documents = _soft(ctx, "documents_path", ctx.vm.documents_path, None)
+    documents = soft_call(ctx, "documents_path", ctx.vm.documents_path, None)
     folder_name = config["folder_name"]
     return bool(
-        _soft(ctx, "folder_exists", lambda: ctx.vm.folder_exists(documents, folder_name), False)
+        soft_call(ctx, "folder_exists", lambda: ctx.vm.folder_exists(documents, folder_name), False)
     )
 
 
@@ -273,16 +273,16 @@ def get_vm_folder_exists_in_documents(ctx: GetterContext, config: dict[str, Any]
 def get_vm_file_exists_in_desktop(ctx: GetterContext, config: dict[str, Any]) -> bool:
     """WAA `get_vm_file_exists_in_desktop`: True/False (bools) from POST /file_exists with the
     VM's Desktop folder. Any failed route answer is False, as in WAA."""
-    desktop = _soft(ctx, "desktop_path", ctx.vm.desktop_path, None)
+    desktop = soft_call(ctx, "desktop_path", ctx.vm.desktop_path, None)
     file_name = config["file_name"]
-    return bool(_soft(ctx, "file_exists", lambda: ctx.vm.file_exists(desktop, file_name), False))
+    return bool(soft_call(ctx, "file_exists", lambda: ctx.vm.file_exists(desktop, file_name), False))
 
 
 @getter("list_directory")
 def get_list_directory(ctx: GetterContext, config: dict[str, Any]) -> dict | None:
     """WAA `get_list_directory`: the `directory_tree` dict of POST /list_directory, or None."""
     path = config["path"]
-    return _soft(ctx, f"list_directory {path}", lambda: ctx.vm.list_directory(path), None)
+    return soft_call(ctx, f"list_directory {path}", lambda: ctx.vm.list_directory(path), None)
 
 
 # -- /execute ---------------------------------------------------------------------------------------
@@ -364,4 +364,4 @@ def get_accessibility_tree(ctx: GetterContext, config: dict[str, Any]) -> str | 
     WAA's controller sends no backend here, so the server uses its own default, win32 (not the
     uia the agent's observations use); we ask for win32 explicitly to get the same tree.
     """
-    return _soft(ctx, "accessibility", lambda: ctx.vm.accessibility("win32"), None)
+    return soft_call(ctx, "accessibility", lambda: ctx.vm.accessibility("win32"), None)

@@ -49,7 +49,7 @@ from xml.etree import ElementTree
 
 from adapters.waa.errors import WAAHTTPError
 from adapters.waa.evaluator.errors import EvaluationConfigError, HostNetworkError, require
-from adapters.waa.evaluator.getters import GetterContext, getter
+from adapters.waa.evaluator.getters import GetterContext, soft_call, getter
 
 BROWSER_DEVIATIONS: list[str] = [
     "Browser getters follow only the Windows branch of WAA's getters (WAA VMs run Windows); the "
@@ -82,15 +82,6 @@ BROWSER_DEVIATIONS: list[str] = [
 ]
 
 # -- VM access helpers ----------------------------------------------------------------------------
-
-
-def _soft(ctx: GetterContext, what: str, call: Callable[[], Any], default: Any) -> Any:
-    """Call the VM; an unexpected HTTP status becomes `default`, as WAA's controller does."""
-    try:
-        return call()
-    except WAAHTTPError as exc:
-        ctx.notes.append(f"{what} failed ({exc}); WAA treats this as {default!r}")
-        return default
 
 
 # The one program run on the VM to find profile files. Each value is joined by the VM's Python
@@ -151,7 +142,7 @@ def _profile_file(ctx: GetterContext, key: str) -> bytes | None:
     path = profile_file_path(ctx, key)
     if path is None:
         return None
-    content = _soft(ctx, f"reading {path}", lambda: ctx.vm.get_file(path), None)
+    content = soft_call(ctx, f"reading {path}", lambda: ctx.vm.get_file(path), None)
     if content is None:
         ctx.notes.append(f"{key}: {path} could not be read from the VM")
     return content
@@ -351,12 +342,12 @@ def get_cookie_data_for_edge(ctx: GetterContext, config: dict[str, Any]) -> list
     (HTTP error) gives None, as in WAA, where it happens inside the guarded block."""
     _refuse_user_data_dir("cookie_data_for_edge", config)
     path = profile_file_path(ctx, "edge/Cookies")
-    killed = _soft(ctx, "taskkill msedge", lambda: ctx.vm.execute(KILL_EDGE_COMMAND, shell=False), None)
+    killed = soft_call(ctx, "taskkill msedge", lambda: ctx.vm.execute(KILL_EDGE_COMMAND, shell=False), None)
     if killed is None:
         return None
     content = None
     if path is not None:
-        content = _soft(ctx, f"reading {path}", lambda: ctx.vm.get_file(path), None)
+        content = soft_call(ctx, f"reading {path}", lambda: ctx.vm.get_file(path), None)
         if content is None:
             ctx.notes.append(f"edge/Cookies: {path} could not be read from the VM")
     return _sqlite_rows_from(ctx, "cookie_data_for_edge", content, config, _COOKIES_QUERY)
@@ -487,7 +478,7 @@ def get_validate_pwa_installed(ctx: GetterContext, config: dict[str, Any]) -> st
     (any case), "app_not_installed" when none does or the output is empty, and "error" when
     /execute fails or the output cannot be read. Kept WAA quirk: when exactly one package is
     installed, ConvertTo-Json prints an object instead of a list and the answer is "error"."""
-    result = _soft(ctx, "Get-AppxPackage", lambda: ctx.vm.execute(INSTALLED_APPS_COMMAND, shell=False), None)
+    result = soft_call(ctx, "Get-AppxPackage", lambda: ctx.vm.execute(INSTALLED_APPS_COMMAND, shell=False), None)
     try:
         output = result.output if result is not None else None
         if output is None:
@@ -506,11 +497,11 @@ def get_validate_pwa_installed(ctx: GetterContext, config: dict[str, Any]) -> st
 
 
 def _desktop_files(ctx: GetterContext, name: str, extension: str) -> tuple[str, list[str]]:
-    desktop = _soft(ctx, "desktop_path", ctx.vm.desktop_path, None)
+    desktop = soft_call(ctx, "desktop_path", ctx.vm.desktop_path, None)
     if desktop is None:
         # WAA lists the directory None; the server fails and WAA indexes None: a TypeError.
         raise TypeError(f"{name}: the VM's desktop path could not be read")
-    tree = _soft(ctx, f"list_directory {desktop}", lambda: ctx.vm.list_directory(desktop), None)
+    tree = soft_call(ctx, f"list_directory {desktop}", lambda: ctx.vm.list_directory(desktop), None)
     if tree is None:
         raise TypeError(f"{name}: the VM could not list {desktop}")
     names = [entry["name"] for entry in tree["children"] if entry["name"].endswith(extension)]
@@ -520,7 +511,7 @@ def _desktop_files(ctx: GetterContext, name: str, extension: str) -> tuple[str, 
 def _desktop_file(ctx: GetterContext, desktop: str, file_name: str) -> bytes | None:
     # WAA joins with the host's os.path (posixpath in its Linux container); Windows accepts '/'.
     path = posixpath.join(desktop, file_name)
-    return _soft(ctx, f"reading {path}", lambda: ctx.vm.get_file(path), None)
+    return soft_call(ctx, f"reading {path}", lambda: ctx.vm.get_file(path), None)
 
 
 @getter("shortcuts_on_desktop")
@@ -571,7 +562,7 @@ def active_tab_url(ctx: GetterContext, config: dict[str, Any]) -> str | None:
     selector WAA uses), its value attribute prefixed with `goto_prefix` (default "https://").
     None when the tree cannot be had, holds no such element or the value is empty. Kept from
     WAA: malformed XML raises, and an element without a value attribute raises KeyError."""
-    tree = _soft(ctx, "accessibility (uia)", lambda: ctx.vm.accessibility("uia"), None)
+    tree = soft_call(ctx, "accessibility (uia)", lambda: ctx.vm.accessibility("uia"), None)
     if tree is None:
         return None
     if isinstance(tree, str) and _ENCODING_DECLARATION.match(tree):

@@ -38,7 +38,7 @@ from adapters.waa.evaluator.getters import (
     GetterContext,
     _execute_as_dict,
     _registry_value,
-    _soft,
+    soft_call,
     get_vm_file,
     getter,
 )
@@ -104,7 +104,7 @@ def _run_python(ctx: GetterContext, code: str, what: str) -> dict[str, Any]:
 
 
 def _yes_no(ctx: GetterContext, what: str, call: Callable[[], bool]) -> bool:
-    return bool(_soft(ctx, what, call, False))
+    return bool(soft_call(ctx, what, call, False))
 
 
 @getter("check_if_timer_started")
@@ -182,14 +182,14 @@ def get_vm_library_folders(ctx: GetterContext, config: dict[str, Any]) -> list[s
         raise ValueError("vm_library_folders: library_name is required")
     route = _route(ctx, "library_folders", "vm_library_folders")
     name = config["library_name"]
-    return _soft(ctx, f"library_folders {name}", lambda: route(name), None)
+    return soft_call(ctx, f"library_folders {name}", lambda: route(name), None)
 
 
 # -- File Explorer checks built on /file, /list_directory and /execute ----------------------------------
 
 
 def _desktop(ctx: GetterContext) -> str | None:
-    return _soft(ctx, "desktop_path", ctx.vm.desktop_path, None)
+    return soft_call(ctx, "desktop_path", ctx.vm.desktop_path, None)
 
 
 def _desktop_file_path(ctx: GetterContext, file_name: str) -> str:
@@ -205,7 +205,7 @@ def get_is_file_desktop(ctx: GetterContext, config: dict[str, Any]) -> str:
     """WAA `get_is_file_desktop`: the string "true" when Desktop\\<filename> can be read through
     /file (even an empty file), else "false"."""
     path = _desktop_file_path(ctx, config["filename"])
-    content = _soft(ctx, f"reading {path}", lambda: ctx.vm.get_file(path), None)
+    content = soft_call(ctx, f"reading {path}", lambda: ctx.vm.get_file(path), None)
     return "true" if content is not None else "false"
 
 
@@ -218,7 +218,7 @@ def get_is_file_saved_desktop(ctx: GetterContext, config: dict[str, Any]) -> str
     undecodable bytes become U+FFFD; line endings are kept as they are.
     """
     path = _desktop_file_path(ctx, config["filename"])
-    content = _soft(ctx, f"reading {path}", lambda: ctx.vm.get_file(path), None)
+    content = soft_call(ctx, f"reading {path}", lambda: ctx.vm.get_file(path), None)
     if content is None:
         return "false"
     text = content.decode("utf-8", errors="replace")
@@ -240,9 +240,9 @@ def get_is_files_moved_downloads(ctx: GetterContext, config: dict[str, Any]) -> 
     "null"; a missing OldDownloads folder (None) raises TypeError, as iterating None does in WAA.
     """
     file_name, folder_name = config["file_name"], config["folder_name"]
-    downloads = _soft(ctx, "list_directory Downloads", lambda: ctx.vm.list_directory(DOWNLOADS_DIR), None)
+    downloads = soft_call(ctx, "list_directory Downloads", lambda: ctx.vm.list_directory(DOWNLOADS_DIR), None)
     downloads_text = json.dumps(downloads)
-    old = _soft(ctx, "list_directory OldDownloads", lambda: ctx.vm.list_directory(OLD_DOWNLOADS_DIR), None)
+    old = soft_call(ctx, "list_directory OldDownloads", lambda: ctx.vm.list_directory(OLD_DOWNLOADS_DIR), None)
     if file_name in downloads_text and folder_name in downloads_text:
         return "false"
     if old is None:
@@ -384,7 +384,7 @@ def get_zipped_folder_in_desktop(ctx: GetterContext, config: dict[str, Any]) -> 
     """
     py7zr = require("py7zr", what="zipped_folder_in_desktop", packages="py7zr", extra="office")
     vm_path = config["filename"]
-    content = _soft(ctx, f"reading {vm_path}", lambda: ctx.vm.get_file(vm_path), None)
+    content = soft_call(ctx, f"reading {vm_path}", lambda: ctx.vm.get_file(vm_path), None)
     if content is None:
         ctx.notes.append(f"zipped_folder_in_desktop: {vm_path} does not exist on the VM")
         content = b""  # WAA wraps None in BytesIO, i.e. an empty stream, which py7zr rejects
@@ -444,7 +444,7 @@ def get_is_red_circle_present_on_canvas(ctx: GetterContext, config: dict[str, An
     if not config["filepath"]:
         return False
     path = config["filepath"]
-    return find_red_circle(_soft(ctx, f"reading {path}", lambda: ctx.vm.get_file(path), None))
+    return find_red_circle(soft_call(ctx, f"reading {path}", lambda: ctx.vm.get_file(path), None))
 
 
 @getter("image_dimension_matches_input")
@@ -563,7 +563,7 @@ def get_vlc_config(ctx: GetterContext, config: dict[str, Any]) -> str:
     """WAA `get_vlc_config` (Windows branch): copy C:\\Users\\Docker\\AppData\\Roaming\\vlc\\vlcrc
     to `dest` in the cache dir and return the local path. A missing vlcrc raises TypeError, as in
     WAA. (WAA first asks the VM for its platform; a WAA VM is always Windows, so we do not.)"""
-    content = _soft(ctx, f"reading {VLC_CONFIG_PATH}", lambda: ctx.vm.get_file(VLC_CONFIG_PATH), None)
+    content = soft_call(ctx, f"reading {VLC_CONFIG_PATH}", lambda: ctx.vm.get_file(VLC_CONFIG_PATH), None)
     return _write_cache_file(ctx, config["dest"], content, "vlc_config")
 
 
@@ -572,5 +572,5 @@ def get_vm_wallpaper(ctx: GetterContext, config: dict[str, Any]) -> str:
     """WAA `get_vm_wallpaper` (info.py): the wallpaper image (POST /wallpaper) saved as `dest` in
     the cache dir; the local path. No wallpaper (any non-200 answer) raises TypeError, as in WAA."""
     route = _route(ctx, "wallpaper", "vm_wallpaper")
-    content = _soft(ctx, "wallpaper", route, None)
+    content = soft_call(ctx, "wallpaper", route, None)
     return _write_cache_file(ctx, config["dest"], content, "vm_wallpaper")
