@@ -32,6 +32,20 @@ class OutcomeKind(str, enum.Enum):
         """Only infrastructure trouble is retried; every other outcome is a final result."""
         return self is OutcomeKind.INFRASTRUCTURE_ERROR
 
+    @property
+    def environment_was_sound(self) -> bool:
+        """Whether the environment did what was asked, so the outcome measures the agent.
+
+        False for infrastructure errors (the server failed) and setup failures (the task's own
+        data could not be set up: a missing file or program). These are left out of the
+        headline success rate's denominator (adapters/outcomes.py, "Rates").
+        """
+        return self not in (OutcomeKind.INFRASTRUCTURE_ERROR, OutcomeKind.SETUP_FAILURE)
+
+
+# The outcomes whose tasks are left out of the headline ("sound environment") success rate.
+UNSOUND_OUTCOMES: tuple[OutcomeKind, ...] = tuple(k for k in OutcomeKind if not k.environment_was_sound)
+
 
 class UIElement(BaseModel):
     """One node of an accessibility tree, with the id an agent can target."""
@@ -270,6 +284,9 @@ class StepRecord(BaseModel):
     env_seconds: float = 0.0
     error: str | None = None
     usage: ModelUsage | None = None
+    # Why the observation after this step lacks a part (e.g. the accessibility tree the agent's
+    # own typing made unreadable, adapters/outcomes.py R5); None when it was complete.
+    observation_error: str | None = None
 
 
 class BenchmarkResult(BaseModel):

@@ -24,8 +24,10 @@ from adapters.benchmark import (
     StepRecord,
     UnparseableReplyError,
 )
+from adapters.outcomes import EnvironmentFault
 from adapters.waa.actions import ActionTranslationError
-from adapters.waa.errors import WAAConnectionError, WAAError
+from adapters.waa.errors import WAAError
+from adapters.waa.live import ActionRejected
 
 
 class EpisodeEnvironment(Protocol):
@@ -48,7 +50,12 @@ class EpisodeLimits:
 
 @dataclass
 class EpisodeOutcome:
-    """What happened in the episode; `final_outcome` is set only when the episode itself decided."""
+    """What happened in the episode; `final_outcome` is set only when the episode itself decided.
+
+    The caller may pass one in and read it while the episode runs: `steps` grows as steps are
+    played and `phase` says what the loop is waiting on, so a caller that gives up on a blocked
+    episode (flows/attempt.py) still knows the steps played and whose turn it was (rule R7).
+    """
 
     steps: list[StepRecord] = field(default_factory=list)
     last_action: BenchmarkAction | None = None
@@ -60,6 +67,9 @@ class EpisodeOutcome:
     # True when an infrastructure error came from the agent's backend (model endpoint down or
     # throttling), not from the VM: the attempt is retried, but the VM need not be replaced.
     agent_backend_failed: bool = False
+    # What the loop is doing now: "observe" (first observation), "agent", "act" (apply, settle
+    # and the next observation), or "done".
+    phase: str = "observe"
 
 
 # Raw model replies are kept in results for diagnosis, up to this many characters.
@@ -73,14 +83,21 @@ def run_episode(
     limits: EpisodeLimits,
     screenshot_dir: Path | None = None,
     first_observation: BenchmarkObservation | None = None,
+    outcome: EpisodeOutcome | None = None,
 ) -> EpisodeOutcome:
-    """Play one episode. Never raises for agent or VM trouble: it is reported in the outcome."""
-    outcome = EpisodeOutcome()
+    """Play one episode. Never raises for agent or VM trouble: it is reported in the outcome.
+
+    Whose fault each failure is follows adapters/outcomes.py: a server-side failure of an
+    observation or action ends the episode at once as infrastructure with the steps so far
+    (R1, R2); a failed step the agent caused is recorded and the agent plays on (R3).
+    """
+    outcome = outcome if outcome is not None else EpisodeOutcome()
     started = time.monotonic()
     consecutive_errors = 0
     agent.reset(task)
     try:
         t0 = time.monotonic()
+        outcome.phase = "observe"
         observation = first_observation or env.observe()
         outcome.env_seconds += time.monotonic() - t0
         for index in range(min(limits.max_steps, task.time_limit_steps)):
@@ -90,6 +107,7 @@ def run_episode(
                 return outcome
             screenshot_path = _save_screenshot(observation, screenshot_dir, index)
             t0 = time.monotonic()
+            outcome.phase = "agent"
             try:
                 action = agent.act(task, observation, list(outcome.steps))
             except AgentInfrastructureError as exc:
@@ -115,17 +133,28 @@ def run_episode(
             agent_seconds = time.monotonic() - t0
             outcome.agent_seconds += agent_seconds
             t0 = time.monotonic()
+            outcome.phase = "act"
             step_error = None
+            fault: EnvironmentFault | None = None
             try:
                 env.apply(action)
-            except WAAConnectionError:
-                raise
-            except (ActionTranslationError, WAAError, RuntimeError) as exc:
+            except EnvironmentFault as exc:
+                fault = exc
+                step_error = str(exc)
+            except WAAError as exc:  # an environment that raises the client's errors directly
+                fault = EnvironmentFault.from_error("action", exc)
+                step_error = str(fault)
+            except (ActionTranslationError, ActionRejected) as exc:
                 step_error = str(exc)
             outcome.last_action = action
-            if step_error is None and not action.type.ends_episode:
-                env.settle()
-                observation = env.observe()
+            if fault is None and step_error is None and not action.type.ends_episode:
+                try:
+                    env.settle()
+                    observation = env.observe()
+                except EnvironmentFault as exc:
+                    fault = exc
+                except WAAError as exc:
+                    fault = EnvironmentFault.from_error("observation", exc)
             env_seconds = time.monotonic() - t0
             outcome.env_seconds += env_seconds
             outcome.steps.append(
@@ -138,8 +167,11 @@ def run_episode(
                     env_seconds=env_seconds,
                     error=step_error,
                     usage=usage,
+                    observation_error=None if fault else observation.raw_observation.get("tree_error"),
                 )
             )
+            if fault is not None:
+                return _environment_failed(outcome, fault, index)
             if action.type.ends_episode:
                 return outcome
             consecutive_errors = consecutive_errors + 1 if step_error else 0
@@ -148,10 +180,20 @@ def run_episode(
                 outcome.error = f"{consecutive_errors} actions in a row failed; last: {step_error}"
                 return outcome
         return outcome
-    except WAAConnectionError as exc:
-        outcome.final_outcome = OutcomeKind.INFRASTRUCTURE_ERROR
-        outcome.error = str(exc)
-        return outcome
+    except EnvironmentFault as exc:  # the first observation (R1, R7)
+        return _environment_failed(outcome, exc, None)
+    except WAAError as exc:  # an environment that raises the client's errors directly
+        return _environment_failed(outcome, EnvironmentFault.from_error(outcome.phase, exc), None)
+    finally:
+        outcome.phase = "done"
+
+
+def _environment_failed(outcome: EpisodeOutcome, fault: EnvironmentFault, step: int | None) -> EpisodeOutcome:
+    """R2: the server failed a call; the attempt is not a measurement and is not scored."""
+    where = "before the first observation" if step is None else f"at step {step}"
+    outcome.final_outcome = OutcomeKind.INFRASTRUCTURE_ERROR
+    outcome.error = f"{fault} ({where}; attempt not scored)"
+    return outcome
 
 
 def _save_screenshot(observation: BenchmarkObservation, directory: Path | None, index: int) -> str | None:

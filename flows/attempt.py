@@ -7,8 +7,10 @@ trouble, so one bad task cannot lose another's result.
 Stage wall-clock limits. Prefect task timeouts cannot interrupt a thread blocked in a network call
 (notes/prefect.md), so every stage's blocking call runs in a daemon worker thread joined with the
 stage's limit (`AttemptContext.stage_timeouts`, defaults in DEFAULT_STAGE_TIMEOUTS). When the limit
-passes, the attempt ends at once as OutcomeKind.TIMEOUT naming the stage and the limit, and the VM
-is marked unhealthy so the pool deletes and replaces it. The stuck thread is *abandoned*, not
+passes, the attempt ends at once naming the stage and the limit, and the VM is marked unhealthy
+so the pool replaces it: as an infrastructure error when the stage was waiting on the WAA server
+(reset, setup, evaluate, or an episode blocked in an observation or action), as a timeout when
+the episode was waiting on the agent. The stuck thread is *abandoned*, not
 killed (Python cannot kill a thread): deleting the VM normally breaks its connection so it ends
 soon after; until then it may still hold the adapter's HTTP session, and its Prefect stage task
 run stays "Running" in the UI. An abandoned reset at level "reboot" could still start a process
@@ -16,8 +18,13 @@ after the pool replaced the VM (it would be a leak on a provider without per-VM 
 
 The episode keeps its soft limit (EpisodeLimits.wall_clock_seconds, checked between steps, which
 keeps the steps played so far); the hard limit of the episode stage defaults to that limit plus
-EPISODE_HARD_LIMIT_GRACE seconds and only fires when a step blocks. A hard-limit timeout records
-no steps (they die with the abandoned thread).
+EPISODE_HARD_LIMIT_GRACE seconds and only fires when a step blocks. The episode fills in an
+outcome this module owns, so a hard-limit stop keeps the steps played so far and knows what the
+episode was blocked on: the environment (an observation or action the server never answered:
+infrastructure, adapters/outcomes.py R7) or the agent (a timeout).
+
+Whose fault each failure is is decided by adapters/outcomes.py; this module only maps the
+stage a failure came from to the outcome those rules give.
 """
 
 from __future__ import annotations
@@ -33,7 +40,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from adapters.benchmark import BenchmarkAgent, BenchmarkResult, BenchmarkTask, ModelUsage, OutcomeKind, StepRecord
-from adapters.episode import EpisodeLimits
+from adapters.episode import EpisodeLimits, EpisodeOutcome
+from adapters.outcomes import EnvironmentFault
 from adapters.vms.base import ProviderError, ResetLevel, VMHandle, VMProvider
 from adapters.waa.catalog import WAATaskCatalog
 from adapters.waa.client import WAAClient
@@ -192,8 +200,8 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
         timed("reset", reset_vm, ctx.provider, vm, ctx.reset_level, task)
     except (ProviderError, WAAError) as exc:
         return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=f"reset ({ctx.reset_level.value}) failed: {exc}")
-    except StageTimeout as exc:
-        return finish(OutcomeKind.TIMEOUT, error=str(exc), unhealthy=True)
+    except StageTimeout as exc:  # R7: only the environment works in this stage
+        return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=str(exc))
 
     adapter = WAALiveAdapter(
         WAAClient(vm.base_url),
@@ -208,12 +216,26 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
             timed("setup", setup_task, adapter, task)
         except SetupStepError as exc:
             return finish(OutcomeKind.SETUP_FAILURE, error=str(exc))
-        except WAAConnectionError as exc:
+        except (EnvironmentFault, WAAConnectionError) as exc:
             return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=f"setup: {exc}")
 
         screenshot_dir = ctx.artifacts_dir / task.task_id / f"attempt-{attempt}"
         agent = ctx.agent_factory()
-        episode = timed("episode", play_episode, adapter, agent, task, ctx.limits, screenshot_dir)
+        episode = EpisodeOutcome()
+        try:
+            timed("episode", play_episode, adapter, agent, task, ctx.limits, screenshot_dir, episode)
+        except StageTimeout as exc:
+            # R7: blocked in the environment = the server did not answer; in the agent = timeout.
+            steps = list(episode.steps)
+            if episode.phase == "agent":
+                return finish(OutcomeKind.TIMEOUT, error=str(exc), steps=steps, usage=episode.usage, unhealthy=True)
+            waiting = "the first observation" if episode.phase == "observe" else "an action or observation"
+            return finish(
+                OutcomeKind.INFRASTRUCTURE_ERROR,
+                error=f"{exc}; the WAA server did not answer {waiting} (attempt not scored)",
+                steps=steps,
+                usage=episode.usage,
+            )
         agent_details = agent.config()
         timings["agent"] = episode.agent_seconds
         timings["env"] = episode.env_seconds
@@ -229,8 +251,8 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
 
         evaluation = timed("evaluate", evaluate_state, adapter, task)
         return finish(evaluation.outcome, base=evaluation, steps=episode.steps, usage=episode.usage, agent=agent_details)
-    except StageTimeout as exc:
-        return finish(OutcomeKind.TIMEOUT, error=str(exc), unhealthy=True)
+    except StageTimeout as exc:  # setup or evaluate blocked: the server did not answer (R7)
+        return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=f"{exc}; the WAA server did not answer")
     except Exception as exc:  # noqa: BLE001 - an unforeseen failure still yields one result
         return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=f"unexpected {type(exc).__name__}: {exc}")
     finally:

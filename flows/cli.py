@@ -27,6 +27,12 @@ from adapters.results.export import ExportError
 from adapters.store.duckdb_store import StoreError
 
 
+# Exit status of `arena run` by run status: cron and CI see anything but a complete run as a failure.
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+RUN_EXIT_CODES: dict[str, int] = {"completed": 0, "failed": EXIT_FAILED, "incomplete": 3, "budget_exhausted": 4}
+
+
 def _run(args: argparse.Namespace) -> int:
     from adapters.agents import AgentOptions, build_agent
     from flows.evaluate_suite import SuiteRunConfig, run_suite
@@ -75,10 +81,15 @@ def _run(args: argparse.Namespace) -> int:
             "stage_timeouts": dict(
                 (k, float(v)) for k, v in (t.split("=", 1) for t in args.stage_timeout)
             ) if args.stage_timeout else None,
-            **({"provider": "existing", "waa_urls": args.waa_url, "pool_size": len(args.waa_url)} if args.waa_url else {}),
+            "server_wait_seconds": args.server_wait,
+            **({"provider": "existing", "waa_urls": args.waa_url,
+                "pool_size": args.pool_size or len(args.waa_url)} if args.waa_url else {}),
         }.items() if v is not None}
     )
     build_agent(config.agent, config.resolved_agent_options())  # fail fast, before Prefect starts
+    from flows.terminal import quiet_expected_tracebacks
+
+    quiet_expected_tracebacks()
     outcome = run_suite(config)
     print("\n" + outcome.table)
     if outcome.status != "completed":
@@ -87,7 +98,12 @@ def _run(args: argparse.Namespace) -> int:
     print(f"Screenshots: {(config.artifacts_dir / outcome.run_id).resolve()}")
     _, report = write_run_report(outcome.db_path, outcome.run_id)
     print(f"HTML report: {report.resolve()} (terminal: arena report {outcome.run_id})")
-    return 0
+    code = RUN_EXIT_CODES.get(outcome.status, EXIT_FAILED)
+    if code:
+        missing = outcome.completeness.missing if outcome.completeness else "some"
+        print(f"arena: run {outcome.run_id} ended {outcome.status}: {missing} task(s) without a final result",
+              file=sys.stderr)
+    return code
 
 
 def _tasks_list(args: argparse.Namespace) -> int:
@@ -237,7 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="HEADER=ENV_VAR: send the value of ENV_VAR as HEADER to the policy (repeatable)",
     )
-    run.add_argument("--pool-size", type=int, default=4, help="number of VMs, and of tasks run at once")
+    run.add_argument(
+        "--pool-size", type=int, help="number of VMs, and of tasks run at once (default 4; with --waa-url: one per URL)"
+    )
     run.add_argument("--reset-level", choices=["setup", "snapshot", "reboot"])
     run.add_argument("--max-steps", type=int)
     run.add_argument("--episode-timeout", type=float, help="wall-clock seconds per episode")
@@ -264,7 +282,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--waa-url",
         action="append",
-        help="run on this already running WAA server instead of local VMs (repeatable; needs --reset-level setup)",
+        help="run on this already running WAA server instead of local VMs (repeatable; needs --reset-level setup; "
+        "URLs beyond --pool-size are spares)",
+    )
+    run.add_argument(
+        "--server-wait",
+        type=float,
+        help="with --waa-url: seconds to wait for a server to answer, at start and after it failed, before "
+        "retiring it (default 60)",
     )
     run.set_defaults(func=_run)
 

@@ -64,8 +64,8 @@ from adapters.agents import AgentOptions, build_agent
 from adapters.benchmark import BenchmarkResult, BenchmarkTask, OutcomeKind
 from adapters.episode import EpisodeLimits
 from adapters.store.duckdb_store import ResultStore, RunInfo
-from adapters.vms.base import ResetLevel, VMProvider
-from adapters.vms.existing import ExistingServersProvider
+from adapters.vms.base import ProviderError, ResetLevel, VMProvider
+from adapters.vms.existing import DEFAULT_SERVER_WAIT_SECONDS, ExistingServersProvider
 from adapters.vms.janitor import sweep_run
 from adapters.vms.settings import build_cloud_provider, load_cloud_settings
 from adapters.vms.local import LocalSimulationProvider
@@ -98,7 +98,11 @@ class SuiteRunConfig(BaseModel):
     quirks: bool = False  # local provider: reproduce a real WAA server's quirks
     # local provider with quirks: override quirks-mode knobs (adapters/waa/localenv/quirks.py)
     quirk_settings: dict[str, Any] | None = None
-    waa_urls: list[str] = Field(default_factory=list)  # existing provider: one server per pool slot
+    # existing provider: one server per pool slot, the rest spares for servers that stop answering
+    waa_urls: list[str] = Field(default_factory=list)
+    # existing provider: how long to wait for a server to answer (at start, and again after it
+    # failed an attempt) before it is retired
+    server_wait_seconds: float = Field(default=DEFAULT_SERVER_WAIT_SECONDS, gt=0)
     reset_level: ResetLevel = ResetLevel.SNAPSHOT
     max_steps: int = Field(default=15, ge=1)
     episode_timeout_seconds: float = Field(default=1200.0, gt=0)
@@ -146,6 +150,13 @@ class SuiteRunConfig(BaseModel):
         if self.provider == "existing":
             if not self.waa_urls:
                 raise ValueError("provider 'existing' needs at least one WAA server URL (waa_urls)")
+            if "pool_size" not in self.model_fields_set:
+                self.pool_size = len(self.waa_urls)  # one lane per server unless told otherwise
+            if self.pool_size > len(self.waa_urls):
+                raise ValueError(
+                    f"pool size {self.pool_size} needs at least {self.pool_size} WAA server URLs; "
+                    f"got {len(self.waa_urls)} (extra URLs are spares)"
+                )
             if self.reset_level is not ResetLevel.SETUP:
                 raise ValueError(
                     f"existing WAA servers cannot be reset at level {self.reset_level.value!r}; use 'setup'"
@@ -181,12 +192,14 @@ class RunOutcome(BaseModel):
     # Shard mode: one line per shard run that returned no results (naming its flow run); the
     # tasks of those shards count as missing in `completeness`.
     shard_errors: list[str] = Field(default_factory=list)
+    # VMs that never came up or could not be replaced (e.g. an existing server that died).
+    pool_errors: list[str] = Field(default_factory=list)
 
 
 def build_provider(config: SuiteRunConfig, run_id: str) -> VMProvider:
     """The VM provider the configuration names."""
     if config.provider == "existing":
-        return ExistingServersProvider(config.waa_urls)
+        return ExistingServersProvider(config.waa_urls, server_wait_seconds=config.server_wait_seconds)
     if config.provider in ("aws", "azure"):
         return build_cloud_provider(config.provider, load_cloud_settings(config.cloud_config), run_id)
     return LocalSimulationProvider(quirks=config.quirks, quirk_settings=config.quirk_settings)
@@ -289,12 +302,23 @@ def evaluate_task(
     for attempt in range(first, first + max_attempts):
         if budget is not None and budget.exhausted():
             break
-        with pool.lease() as vm:
-            leased = time.monotonic()
+        try:
+            lease = pool.lease()
+            vm = lease.__enter__()
+        except ProviderError as exc:
+            # No VM is left (every server retired): the task stays without a final result and
+            # the run ends incomplete. Nothing was started, so nothing is recorded.
+            get_run_logger().warning("task %s not attempted: %s", task.task_id, exc)
+            break
+        leased = time.monotonic()
+        try:
             result = run_attempt(task, vm, ctx, attempt)
             vm_seconds = time.monotonic() - leased
-        result = result.model_copy(update={"timings": {**result.timings, "vm": vm_seconds}})
-        record_result(store, run_id, result)
+            result = result.model_copy(update={"timings": {**result.timings, "vm": vm_seconds}})
+            # Recorded before the VM goes back: replacing a failed VM can take minutes.
+            record_result(store, run_id, result)
+        finally:
+            lease.__exit__(None, None, None)
         if budget is not None:
             budget.add(result)
         if progress is not None:
@@ -360,7 +384,7 @@ def run_lane(
     pool shrinks (and stops costing) while the last tasks finish.
     """
     results: list[BenchmarkResult] = []
-    while budget is None or not budget.exhausted():
+    while (budget is None or not budget.exhausted()) and not pool.exhausted:
         next_task = work.take()
         if next_task is None:
             break
@@ -369,11 +393,19 @@ def run_lane(
                 next_task, pool, ctx, store, run_id, max_attempts, budget, progress,
                 first_attempt=work.first_attempt(next_task.task_id),
             )
+        except Exception as exc:  # noqa: BLE001 - one task's controller trouble must not end the lane
+            # Attempts are recorded inside evaluate_task as they end; whatever broke here left
+            # this task without a final result, which the run's completeness counts.
+            get_run_logger().error("task %s: controller error %s: %s", next_task.task_id, type(exc).__name__, exc)
+            result = None
         finally:
             work.done()
         if result is not None:
             results.append(result)
-    pool.retire_spare(still_needed=work.running)
+    try:
+        pool.retire_spare(still_needed=work.running)
+    except Exception as exc:  # noqa: BLE001 - teardown deletes it later; the lane's results stand
+        get_run_logger().warning("could not retire a spare VM: %s", exc)
     return results
 
 
@@ -412,6 +444,7 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
         )
         status = "failed"
         shard_errors: list[str] = []
+        pool_errors: list[str] = []
         try:
             if config.shards:
                 # Imported here: flows.shard builds on this module (one implementation of lanes,
@@ -423,7 +456,8 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
                 results, shard_errors = evaluate_on_shards(config, run_id, catalog, todo, store, budget, progress)
             else:
                 results = evaluate_on_pool(
-                    config, run_id, catalog, todo, provider, agent_options, store, budget, progress
+                    config, run_id, catalog, todo, provider, agent_options, store, budget, progress,
+                    problems=pool_errors,
                 )
             completeness = run_completeness(store, run_id, tasks, budget)
             status = completeness.status
@@ -434,8 +468,11 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
 
     table = format_summary(run_id, summary, environment, completeness)
     markdown = summary_markdown(run_id, summary, environment, completeness)
-    if shard_errors:
+    if pool_errors:
         # Say why tasks are missing wherever the summary is shown, not only in the log.
+        table += "\nVMs lost during the run:\n" + "\n".join(f"  {e}" for e in pool_errors)
+        markdown += "\n\n**VMs lost during the run**\n\n" + "\n".join(f"- {e}" for e in pool_errors)
+    if shard_errors:
         table += "\nshards without results:\n" + "\n".join(f"  {e}" for e in shard_errors)
         markdown += "\n\n**Shards without results**\n\n" + "\n".join(f"- {e}" for e in shard_errors)
     logger.info("Run summary\n%s", table)
@@ -455,6 +492,7 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
         status=status,
         completeness=completeness,
         shard_errors=shard_errors,
+        pool_errors=pool_errors,
     )
 
 
@@ -536,12 +574,14 @@ def evaluate_on_pool(
     shard: int | None = None,
     expected_seconds: dict[str, float] | None = None,
     first_attempts: dict[str, int] | None = None,
+    problems: list[str] | None = None,
 ) -> list[BenchmarkResult]:
     """Provision the pool, run every task in lanes, and always tear the pool down.
 
     A shard (flows/shard.py) passes its number, which names its pool, concurrency limit and
     cloud resources apart from the other shards of the run (see `resource_id`), plus what only
     its controller knows: the tasks' expected durations and their lowest attempt numbers.
+    VMs that never came up or could not be replaced are appended to `problems` (one line each).
     """
     if not todo or budget.exhausted():
         if isinstance(provider, LocalSimulationProvider):
@@ -566,7 +606,12 @@ def evaluate_on_pool(
                 ),
                 stage_timeouts=config.stage_timeouts,
             )
-            provision_pool(pool)
+            try:
+                provision_pool(pool)
+            except ProviderError as exc:
+                # No VM came up: the run ends incomplete with every task missing, not a crash.
+                _report_pool_problems(pool, problems, f"no VM of the pool came up: {exc}")
+                return []
             if expected_seconds is None:
                 expected_seconds = store.expected_seconds([t.task_id for t in todo], config.agent)
             work = WorkQueue(longest_first(todo, expected_seconds), first_attempts)
@@ -577,11 +622,7 @@ def evaluate_on_pool(
                         for lane in range(pool.size)
                     ]
                     by_id = {r.task_id: r for f in futures for r in f.result()}
-            if pool.creation_errors:
-                get_run_logger().warning(
-                    "%d VM(s) of the pool never came up; the run went on with the others: %s",
-                    len(pool.creation_errors), "; ".join(pool.creation_errors),
-                )
+            _report_pool_problems(pool, problems)
         return [by_id[t.task_id] for t in todo if t.task_id in by_id]
     finally:
         pool.teardown()
@@ -589,6 +630,16 @@ def evaluate_on_pool(
             provider.close()
         else:
             provider_leftovers(provider, resources, get_run_logger())
+
+
+def _report_pool_problems(pool: VMPool, problems: list[str] | None, headline: str | None = None) -> None:
+    """Log VMs that never came up or could not be replaced, and hand them to the run summary."""
+    lines = ([headline] if headline else []) + [f"VM not available: {e}" for e in pool.creation_errors]
+    if not lines:
+        return
+    get_run_logger().warning("the pool lost VMs; the run went on with the others: %s", "; ".join(lines))
+    if problems is not None:
+        problems.extend(lines)
 
 
 def resource_id(run_id: str, shard: int | None = None) -> str:

@@ -19,6 +19,11 @@ def play_episode(
     task: BenchmarkTask,
     limits: EpisodeLimits,
     screenshot_dir: Path | None,
+    outcome: EpisodeOutcome | None = None,
 ) -> EpisodeOutcome:
-    """Run the agent until it ends the episode or a step or wall-clock limit is reached."""
-    return run_episode(adapter, agent, task, limits, screenshot_dir=screenshot_dir)
+    """Run the agent until it ends the episode or a step or wall-clock limit is reached.
+
+    `outcome`, when given, is filled in as the episode goes, so the caller can read the steps
+    played so far even if it stops waiting for a blocked episode.
+    """
+    return run_episode(adapter, agent, task, limits, screenshot_dir=screenshot_dir, outcome=outcome)

@@ -175,8 +175,13 @@ def test_vm_killed_mid_episode_is_retried_on_another_vm(
     # The victim: an infrastructure error on one VM, then a success on another.
     (a1, o1, vm1), (a2, o2, vm2) = attempts[victim]
     assert (a1, o1, a2, o2) == (1, "infrastructure_error", 2, "success") and vm1 != vm2
-    steps_before_kill = _rows(db, "SELECT count(*) FROM steps WHERE run_id = 'faults-kill' AND task_id = ? AND attempt = 1", [victim])
-    assert steps_before_kill[0][0] == 2
+    steps_before_kill = _rows(
+        db, "SELECT step_index, error FROM steps WHERE run_id = 'faults-kill' AND task_id = ? AND attempt = 1 "
+        "ORDER BY step_index", [victim],
+    )
+    # Two steps played, then the step the dead server failed: kept, with the server's failure.
+    assert [i for i, _ in steps_before_kill] == [0, 1, 2]
+    assert steps_before_kill[0][1] is None and "server failed" in steps_before_kill[2][1]
     # Every other task: exactly one attempt. Nothing counted twice.
     assert all(len(a) == 1 and a[0][1] == "success" for t, a in attempts.items() if t != victim)
     assert sum(len(a) for a in attempts.values()) == 31
@@ -200,7 +205,10 @@ def test_vm_killed_mid_episode_is_retried_on_another_vm(
 # --- (b) a server hanging on /accessibility ---------------------------------------------------
 
 
-def test_hanging_accessibility_ends_as_timeout_within_the_limit(prefect_server: None, no_sim_leak: None, tmp_path: Path) -> None:
+def test_hanging_accessibility_is_infrastructure_within_the_limit(
+    prefect_server: None, no_sim_leak: None, tmp_path: Path
+) -> None:
+    """R7: an episode blocked on the server's first observation is infrastructure, not a timeout."""
     from flows.evaluate_suite import SuiteRunConfig, run_suite
 
     db = tmp_path / "arena.duckdb"
@@ -211,10 +219,11 @@ def test_hanging_accessibility_ends_as_timeout_within_the_limit(prefect_server: 
             task_ids=["notepad-append-line"],
             pool_size=1,
             quirks=True,
-            # /accessibility sleeps 600 s (longer than the client's 300 s read timeout).
+            # /accessibility sleeps 600 s (longer than the client's 300 s deadline).
             quirk_settings={"ready_delay": 0.0, "accessibility_delay": 600.0, "launch_delay": 0.0, "failsafe": False},
             episode_timeout_seconds=2.0,
             stage_timeouts={"reset": 20.0, "setup": 20.0, "episode": limit, "evaluate": 20.0},
+            max_attempts=2,
             db_path=db,
             artifacts_dir=tmp_path / "art",
             run_id="faults-hang",
@@ -222,14 +231,15 @@ def test_hanging_accessibility_ends_as_timeout_within_the_limit(prefect_server: 
     )
     elapsed = time.monotonic() - started
     (result,) = outcome.results
-    assert result.outcome.value == "timeout" and result.attempt == 1
+    assert result.outcome.value == "infrastructure_error" and result.attempt == 2
     assert "episode stage exceeded its wall-clock limit of 3 s" in (result.error or "")
+    assert "did not answer the first observation" in (result.error or "")
     assert limit <= result.timings["episode"] < limit + 1.0
     assert result.total_time_seconds < limit + 3.0
-    assert elapsed < 30  # the whole flow, including the VM's replacement and teardown
-    rows = _rows(db, "SELECT attempt, outcome FROM task_results WHERE run_id = 'faults-hang'")
-    assert rows == [(1, "timeout")]  # a timeout is final: not retried
-    assert outcome.status == "completed"
+    assert elapsed < 40  # the whole flow, two attempts, the VM's replacements and teardown
+    rows = _rows(db, "SELECT attempt, outcome, num_steps FROM task_results WHERE run_id = 'faults-hang' ORDER BY attempt")
+    assert rows == [(1, "infrastructure_error", 0), (2, "infrastructure_error", 0)]  # retried, never scored
+    assert outcome.status == "incomplete"
 
 
 # --- (c) the controller is SIGKILLed mid-run and the run is resumed ---------------------------

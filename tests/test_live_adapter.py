@@ -159,7 +159,9 @@ def test_launch_is_verified_by_a_new_window(client: WAAClient, tmp_path: Path) -
     runner.run([{"type": "launch", "parameters": {"command": ["cmd", "/c", "start ms-settings:storagesense"]}}])
     assert "Settings" in client.obs_winagent().window_names
     # The simulation, like WAA, answers 200 for a program it cannot start: verification catches it.
-    with pytest.raises(SetupStepError, match=r"setup step 0 \(launch\): 'vlc' was launched but no new window appeared"):
+    with pytest.raises(
+        SetupStepError, match=r"setup step 0 \(launch\): 'vlc' was launched but neither a new window nor a new 'vlc'"
+    ):
         runner.run([{"type": "launch", "parameters": {"command": "vlc"}}])
     # socat (launched by 23 real tasks) does not exist on Windows: skipped and noted, not failed.
     runner.run([{"type": "launch", "parameters": {"command": ["socat", "tcp-listen:9222,fork", "tcp:localhost:1337"]}}])

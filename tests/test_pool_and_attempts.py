@@ -167,7 +167,7 @@ def test_existing_servers_provider(tmp_path: Path) -> None:
         provider.reset(vm, ResetLevel.SETUP)
         with pytest.raises(Exception, match="use --reset-level setup"):
             provider.reset(vm, ResetLevel.SNAPSHOT)
-        with pytest.raises(Exception, match="only 1 URL"):
+        with pytest.raises(Exception, match="no WAA server left for two: all 1 URL"):
             provider.create("two")
         provider.delete(vm)
         assert WAAClient(handle.base_url).probe()  # never deleted: not ours

@@ -149,8 +149,10 @@ def test_server_dying_mid_episode_is_an_infrastructure_error(tmp_path: Path) -> 
     started = time.monotonic()
     episode = run_episode(adapter, _KillingAgent(handle.stop), task, EpisodeLimits(max_steps=10))
     assert episode.final_outcome is OutcomeKind.INFRASTRUCTURE_ERROR
-    assert episode.error is not None and "WAA /execute" in episode.error
-    assert len(episode.steps) == 2 and time.monotonic() - started < 10
+    assert episode.error is not None and "server failed /execute" in episode.error
+    assert "attempt not scored" in episode.error
+    # The two steps played, then the one the dead server failed, kept with its error.
+    assert len(episode.steps) == 3 and episode.steps[2].error and time.monotonic() - started < 10
 
 
 def test_hanging_server_times_out_naming_the_route() -> None:

@@ -83,7 +83,9 @@ Older files (version 1 or 2) are upgraded in place when opened; a newer file is 
     model_calls, input_tokens, output_tokens, cost_usd (NULL when the agent has no model),
     reasoning VARCHAR (the agent's stated reasoning), and click_x, click_y DOUBLE (the screen
     point a pointer action aimed at, in pixels of the screenshot: the action's x/y, or the
-    centre of its target element's box; NULL for other actions or when unknown).
+    centre of its target element's box; NULL for other actions or when unknown), and
+    observation_error VARCHAR (schema v4: why the observation after this step lacks a part,
+    e.g. the accessibility tree the agent's own typing made unreadable; NULL when complete).
 
 ``latest_task_results`` (view) -- task_results restricted to the last attempt of each
 (run_id, task_id). Reports count this view, so a task retried after an infrastructure error
@@ -113,7 +115,7 @@ from pydantic import BaseModel, Field
 
 from adapters.benchmark import BenchmarkResult, ModelUsage, OutcomeKind
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # In-place upgrades: MIGRATIONS[v] takes a file from version v to v + 1.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -139,6 +141,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE steps ADD COLUMN click_x DOUBLE",
         "ALTER TABLE steps ADD COLUMN click_y DOUBLE",
     ),
+    3: ("ALTER TABLE steps ADD COLUMN observation_error VARCHAR",),
 }
 
 # The outcomes after which a task is done for good; resume skips only these. Derived from the
@@ -228,6 +231,7 @@ _DDL: tuple[str, ...] = (
         reasoning VARCHAR,
         click_x DOUBLE,
         click_y DOUBLE,
+        observation_error VARCHAR,
         PRIMARY KEY (run_id, task_id, attempt, step_index)
     )
     """,
@@ -248,7 +252,7 @@ _RESULT_COLUMNS: tuple[str, ...] = (
 _STEP_COLUMNS: tuple[str, ...] = (
     "run_id", "task_id", "attempt", "step_index", "action_type", "action", "screenshot_path",
     "window_title", "agent_seconds", "env_seconds", "error", "model_calls", "input_tokens",
-    "output_tokens", "cost_usd", "reasoning", "click_x", "click_y",
+    "output_tokens", "cost_usd", "reasoning", "click_x", "click_y", "observation_error",
 )
 _JSON_COLUMNS = frozenset({"agent_config", "timings", "action", "agent_details", "run_config"})
 
@@ -633,7 +637,7 @@ class ResultStore:
                 json.dumps(step.action.model_dump(mode="json"), default=str),
                 self._stored_path(step.screenshot_path), step.window_title, step.agent_seconds,
                 step.env_seconds, step.error, *_usage_values(step.usage), step.action.reasoning,
-                *(step.action.aim_point() or (None, None)),
+                *(step.action.aim_point() or (None, None)), step.observation_error,
             ]
             for step in result.steps
         ]

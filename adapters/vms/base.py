@@ -139,6 +139,15 @@ class VMProvider(abc.ABC):
     def delete(self, vm: VMHandle) -> None:
         """Delete the VM and everything created for it. Deleting a gone VM is not an error."""
 
+    def replace(self, vm: VMHandle, new_vm_id: str) -> VMHandle:
+        """A healthy VM in place of `vm`, which failed: by default delete it and create `new_vm_id`.
+
+        Providers that cannot create VMs (existing servers) override this to wait for the same
+        server to answer again.
+        """
+        self.delete(vm)
+        return self.create(new_vm_id)
+
     def supported_reset_levels(self) -> set[ResetLevel]:
         return {ResetLevel.SETUP}
 

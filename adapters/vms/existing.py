@@ -2,38 +2,93 @@
 
 For pointing the pipeline at machines someone else manages (a WAA container started by hand, a
 lab VM). Only the `setup` reset level is possible: nothing here can restore a snapshot.
+
+Such servers cannot be replaced, only waited for: a server that failed an attempt is probed
+again for up to `server_wait_seconds` and reused when it answers (a WAA server restarted by its
+watchdog comes back on the same address); one that stays silent is retired and a spare URL (more
+URLs than the pool size) takes its place, if one is left. When none is, the pool goes on smaller.
 """
 
 from __future__ import annotations
 
+import threading
 from urllib.parse import urlsplit, urlunsplit
 
 from adapters.vms.base import ProviderError, ResetLevel, VMHandle, VMProvider
 from adapters.waa.client import WAAClient
+from adapters.waa.errors import WAAError
+
+DEFAULT_SERVER_WAIT_SECONDS = 60.0
 
 
 class ExistingServersProvider(VMProvider):
-    """Hands out a fixed list of WAA server URLs, one per pool slot."""
+    """Hands out a fixed list of WAA server URLs, one per pool slot; the rest are spares."""
 
     name = "existing"
 
-    def __init__(self, urls: list[str], *, devtools_port: int = 9222, ready_timeout: float = 300.0) -> None:
+    def __init__(
+        self,
+        urls: list[str],
+        *,
+        devtools_port: int = 9222,
+        server_wait_seconds: float = DEFAULT_SERVER_WAIT_SECONDS,
+    ) -> None:
         if not urls:
             raise ValueError("at least one WAA server URL is needed")
         bad = [u for u in urls if urlsplit(u).scheme not in ("http", "https") or not urlsplit(u).hostname]
         if bad:
             raise ValueError(f"not an http(s) URL of a WAA server: {', '.join(bad)}")
+        if not server_wait_seconds > 0:
+            raise ValueError(f"server_wait_seconds must be positive, got {server_wait_seconds}")
         self.urls = [u.rstrip("/") for u in urls]
         self.devtools_port = devtools_port
-        self.ready_timeout = ready_timeout
-        self._next = 0
+        self.server_wait_seconds = server_wait_seconds
+        self._unused = list(self.urls)
+        self._retired: list[str] = []
+        self._lock = threading.Lock()
+
+    @property
+    def retired(self) -> list[str]:
+        """URLs of servers that stopped answering and were given up."""
+        with self._lock:
+            return list(self._retired)
 
     def create(self, vm_id: str) -> VMHandle:
-        if self._next >= len(self.urls):
-            raise ProviderError(f"no WAA server left for {vm_id}: only {len(self.urls)} URL(s) were given")
-        url = self.urls[self._next]
-        self._next += 1
-        WAAClient(url).wait_until_ready(self.ready_timeout)
+        """The next unused server, once it answers; a silent one is retired and the next tried."""
+        while True:
+            with self._lock:
+                if not self._unused:
+                    retired = f"; retired (not answering): {', '.join(self._retired)}" if self._retired else ""
+                    raise ProviderError(
+                        f"no WAA server left for {vm_id}: all {len(self.urls)} URL(s) are in use or retired{retired}"
+                    )
+                url = self._unused.pop(0)
+            if self._answers(url):
+                return self._handle(vm_id, url)
+            self._retire(url)
+
+    def replace(self, vm: VMHandle, new_vm_id: str) -> VMHandle:
+        """The same server if it answers again within the wait, else a spare (or ProviderError)."""
+        if self._answers(vm.base_url):
+            return self._handle(vm.vm_id, vm.base_url)
+        self._retire(vm.base_url)
+        return self.create(new_vm_id)
+
+    def _answers(self, url: str) -> bool:
+        client = WAAClient(url)
+        try:
+            client.wait_until_ready(self.server_wait_seconds)
+        except WAAError:
+            return False
+        finally:
+            client.close()
+        return True
+
+    def _retire(self, url: str) -> None:
+        with self._lock:
+            self._retired.append(url)
+
+    def _handle(self, vm_id: str, url: str) -> VMHandle:
         parts = urlsplit(url)
         devtools = urlunsplit(("http", f"{parts.hostname}:{self.devtools_port}", "", "", ""))
         return VMHandle(vm_id=vm_id, base_url=url, provider=self.name, devtools_url=devtools)

@@ -187,11 +187,13 @@ class VMPool:
             return self._free.popleft()
 
     def _replace(self, vm: VMHandle) -> None:
-        """Delete a VM that failed health checks and create a fresh one under a new name.
+        """Hand a VM that failed health checks to the provider for a healthy one.
 
-        The replacement counts as pending while it is created, so lessees wait for it rather
-        than conclude the pool is empty. A failed replacement is raised to the task that
-        returned the VM and recorded in `creation_errors`.
+        The provider decides how (`VMProvider.replace`: a new VM under a new name, or the same
+        server once it answers again). The replacement counts as pending while it is made, so
+        lessees wait for it rather than conclude the pool is empty. A failed replacement is
+        recorded in `creation_errors` and the pool goes on smaller; it never raises into the
+        task that returned the VM, whose result must still be recorded.
         """
         with self._cond:
             self._all.pop(vm.vm_id, None)
@@ -200,14 +202,13 @@ class VMPool:
             self._pending += 1
             name = f"{self._vm_name(0).rsplit('-', 1)[0]}-r{self._replacements}"
         try:
-            self.provider.delete(vm)
-            fresh = self.provider.create(name)
-        except Exception as exc:
+            fresh = self.provider.replace(vm, name)
+        except Exception as exc:  # noqa: BLE001 - recorded; the pool goes on without this VM
             with self._cond:
                 self._creation_errors.append(f"{name} (replacing {vm.vm_id}): {exc}")
                 self._pending -= 1
                 self._cond.notify_all()
-            raise
+            return
         with self._cond:
             self._pending -= 1
             self._add(fresh)
@@ -241,6 +242,12 @@ class VMPool:
     def retired(self) -> int:
         """VMs deleted early by `retire_spare`."""
         return self._retired
+
+    @property
+    def exhausted(self) -> bool:
+        """True once the pool started and has no VM left and none coming: no lease can succeed."""
+        with self._cond:
+            return bool(self._creators) and not self._all and self._pending == 0
 
     def vms(self) -> list[VMHandle]:
         with self._cond:

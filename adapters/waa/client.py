@@ -21,7 +21,10 @@ from adapters.waa.errors import WAAConnectionError, WAAError, WAAHTTPError
 
 @dataclass(frozen=True)
 class WAATimeouts:
-    """Read timeouts in seconds per kind of route; the accessibility tree can take minutes."""
+    """Deadlines in seconds per kind of route, each covering the call's retries and back-off.
+
+    The accessibility tree can take minutes on a busy desktop; 300 s is WAA's own client timeout.
+    """
 
     connect: float = 5.0
     default: float = 30.0
@@ -92,22 +95,34 @@ class WAAClient:
         ok_statuses: tuple[int, ...] = (200,),
         **kwargs: Any,
     ) -> requests.Response:
-        """Send one request; retry connection errors and 5xx only when `idempotent`."""
+        """Send one request; retry connection errors and 5xx only when `idempotent`.
+
+        `timeout` (default: the route kind's timeout) is one deadline for the whole call, retries
+        and back-off included: each try waits only for what is left of it, so a hanging route
+        costs its timeout once, not once per try.
+        """
+        budget = timeout if timeout is not None else self.timeouts.default
+        deadline = time.monotonic() + budget
         attempts = 1 + (self.read_retries if idempotent else 0)
-        read_timeout = timeout if timeout is not None else self.timeouts.default
         last_error: WAAError | None = None
         for attempt in range(attempts):
             if attempt:
-                time.sleep(self.backoff_seconds * (2 ** (attempt - 1)))
+                pause = self.backoff_seconds * (2 ** (attempt - 1))
+                if deadline - time.monotonic() <= pause:
+                    break
+                time.sleep(pause)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
             try:
                 response = self._session.request(
                     method,
                     self.base_url + route,
-                    timeout=(self.timeouts.connect, read_timeout),
+                    timeout=(min(self.timeouts.connect, remaining), remaining),
                     **kwargs,
                 )
             except requests.Timeout as exc:
-                last_error = WAAConnectionError(route, f"no answer within {read_timeout:g} s ({exc})")
+                last_error = WAAConnectionError(route, f"no answer within {budget:g} s ({type(exc).__name__})")
                 continue
             except requests.ConnectionError as exc:
                 last_error = WAAConnectionError(route, f"cannot connect to {self.base_url} ({exc})")
@@ -119,7 +134,8 @@ class WAAClient:
                 last_error = error
                 continue
             raise error
-        assert last_error is not None
+        if last_error is None:
+            last_error = WAAConnectionError(route, f"no answer within {budget:g} s")
         raise last_error
 
     def _json(self, response: requests.Response, route: str) -> Any:

@@ -9,9 +9,10 @@ BenchmarkAdapter interface on top of them.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from adapters.benchmark import (
     ActionType,
@@ -32,23 +33,36 @@ from adapters.waa.actions import (
     to_pyautogui,
     untypable_characters,
 )
+from adapters.outcomes import (
+    EnvironmentFault,
+    Fault,
+    classify_action_error,
+    classify_tree_error,
+    evaluation_outcome,
+    has_control_characters,
+    is_computer_unset,
+)
 from adapters.waa.catalog import WAATaskCatalog
 from adapters.waa.client import WAAClient
-from adapters.waa.errors import WAAHTTPError
+from adapters.waa.errors import WAAError
 from adapters.waa.evaluate_client import EvaluateEndpointClient
 from adapters.waa.grounding import Marks, draw_marks
 from adapters.waa.evaluator import evaluate_task
 from adapters.waa.setup_steps import SetupRunner
 
+T = TypeVar("T")
+
 ObservationType = Literal["screenshot", "a11y_tree", "screenshot_a11y_tree", "som"]
 """What each observation carries: "som" is the screenshot with Set-of-Marks labels plus the tree."""
 
 _POINTER = {ActionType.CLICK, ActionType.DOUBLE_CLICK, ActionType.RIGHT_CLICK}
-_FAILSAFE_MARKERS = ("fail-safe", "failsafe")
 
 
 class ActionRejected(RuntimeError):
-    """The VM refused or failed to run an action (bad key, code error, fail-safe)."""
+    """The VM ran the agent's action and it failed for the agent's reasons (bad key, fail-safe).
+
+    Server-side failures raise `adapters.outcomes.EnvironmentFault` instead (rule R1).
+    """
 
 
 @dataclass(frozen=True)
@@ -100,8 +114,12 @@ class WAALiveAdapter(BenchmarkAdapter):
         self._last_observation: BenchmarkObservation | None = None
         self._last_action: BenchmarkAction | None = None
         self._marks = Marks(())
-        self._marks_sent: str | None = None  # fingerprint of the marks the server knows
+        # Fingerprint of the marks the server's computer object holds; None = the server may
+        # have no computer object at all (fresh or restarted server, R4).
+        self._marks_sent: str | None = None
         self._screenshot: bytes | None = None
+        # R5: whether the agent typed text the tree serializer refuses in this episode.
+        self._typed_control_characters = False
 
     # -- catalog ---------------------------------------------------------------------------
 
@@ -119,6 +137,7 @@ class WAALiveAdapter(BenchmarkAdapter):
         self._last_observation = None
         self._last_action = None
         self._marks, self._marks_sent = Marks(()), None
+        self._typed_control_characters = False
 
     def run_setup(self, task: BenchmarkTask) -> None:
         """Run the task's `config` steps; raises SetupStepError naming a failed step."""
@@ -130,42 +149,68 @@ class WAALiveAdapter(BenchmarkAdapter):
         return self._screen_size
 
     def observe(self) -> BenchmarkObservation:
-        """Screenshot, accessibility tree and window title, as the settings ask."""
+        """Screenshot, accessibility tree and window title, as the settings ask.
+
+        A server-side failure raises EnvironmentFault (R1); a tree the agent's own typing made
+        unreadable leaves the tree out and says why in `raw_observation["tree_error"]` (R5).
+        """
         kind = self.settings.observation_type
-        screenshot = self.client.screenshot() if kind != "a11y_tree" else None
+        screenshot = self._observation_call(self.client.screenshot) if kind != "a11y_tree" else None
         tree = None
+        tree_error = None
         if kind != "screenshot":
-            tree = parse_accessibility_xml(self.client.accessibility(self.settings.accessibility_backend))
-        window = self.client.obs_winagent()
+            try:
+                xml = self.client.accessibility(self.settings.accessibility_backend)
+            except WAAError as exc:
+                if classify_tree_error(exc, self._typed_control_characters) is not Fault.AGENT:
+                    raise EnvironmentFault.from_error("observation", exc) from exc
+                tree_error = f"accessibility tree unavailable: {exc.message}"
+            else:
+                tree = parse_accessibility_xml(xml)
+        window = self._observation_call(self.client.obs_winagent)
         self._marks = Marks.from_tree(tree)
         self._screenshot = screenshot
         shown = draw_marks(screenshot, self._marks) if kind == "som" and screenshot else screenshot
+        raw: dict[str, Any] = {"window_names": window.window_names, "window_rect": window.window_rect}
+        if tree_error is not None:
+            raw["tree_error"] = tree_error
         observation = BenchmarkObservation(
             screenshot=shown,
-            viewport=self.screen_size(),
+            viewport=self._observation_call(self.screen_size),
             accessibility_tree=tree,
             window_title=window.window_title,
             focused_element=focused_element(tree) if tree is not None else None,
-            raw_observation={"window_names": window.window_names, "window_rect": window.window_rect},
+            raw_observation=raw,
         )
         self._last_observation = observation
         return observation
 
-    def apply(self, action: BenchmarkAction) -> None:
-        """Run one action on the VM; raises ActionRejected when the VM could not run it.
+    @staticmethod
+    def _observation_call(call: Callable[[], T]) -> T:
+        """Run one observation read; any failure of it is the server's (R1)."""
+        try:
+            return call()
+        except WAAError as exc:
+            raise EnvironmentFault.from_error("observation", exc) from exc
 
-        Element clicks go through the server's Set-of-Marks path, text pyautogui cannot type
-        (non-ASCII, carriage returns) through the clipboard, everything else through pyautogui.
+    def apply(self, action: BenchmarkAction) -> None:
+        """Run one action on the VM.
+
+        Raises ActionRejected when the action failed for the agent's reasons (R3) and
+        EnvironmentFault when the server failed it (R1). Element clicks go through the server's
+        Set-of-Marks path, text pyautogui cannot type (non-ASCII, control characters) through the
+        clipboard, everything else through pyautogui.
         """
         self._last_action = action
+        if action.type is ActionType.TYPE and action.text and has_control_characters(action.text):
+            self._typed_control_characters = True
         if action.type in _POINTER and action.target_node_id is not None and action.x is None:
             index = self._marks.index_of(action.target_node_id)
             if self.settings.element_clicks == "computer" and index is not None and not self._near_corner(index):
-                self._send_marks()
-                self._execute_windows(to_computer_click(action, index), action)
+                self._execute_windows(to_computer_click(action, index), action, marks_needed=True)
                 return
         if action.type is ActionType.TYPE and action.text and untypable_characters(action.text):
-            self._execute_windows(to_clipboard_paste(action.text), action)
+            self._execute_windows(to_clipboard_paste(action.text), action, marks_needed=False)
             return
         self._execute_pyautogui(action)
 
@@ -176,33 +221,48 @@ class WAALiveAdapter(BenchmarkAdapter):
         return centre is None or clamp(centre[0], centre[1], Screen(width, height)) != centre
 
     def _send_marks(self) -> None:
-        """Tell the server which rectangle each mark index means, unless it already knows."""
-        fingerprint = self._marks.fingerprint()
-        if fingerprint == self._marks_sent:
-            return
-        screenshot = self._screenshot or self.client.screenshot()
+        """Give the server's computer object the current marks (R4: it may have none at all)."""
+        screenshot = self._screenshot or self._observation_call(self.client.screenshot)
         width, height = self.screen_size()
-        self.client.update_computer(self._marks.update_computer_payload(screenshot, width, height))
-        self._marks_sent = fingerprint
+        try:
+            self.client.update_computer(self._marks.update_computer_payload(screenshot, width, height))
+        except WAAError as exc:
+            raise EnvironmentFault.from_error("action", exc) from exc
+        self._marks_sent = self._marks.fingerprint()
 
-    def _execute_windows(self, code: str, action: BenchmarkAction) -> None:
-        """Run computer.* code; if pyautogui's fail-safe fired, move the pointer away and retry once."""
-        for attempt in (1, 2):
+    def _execute_windows(self, code: str, action: BenchmarkAction, *, marks_needed: bool) -> None:
+        """Run computer.* code, making sure the server's computer object exists first (R4).
+
+        If pyautogui's fail-safe fired, the pointer is moved away and the code retried once (R3);
+        if the server lost its computer object (restarted), it is re-sent and the code retried once.
+        """
+        retried: set[str] = set()
+        while True:
+            if self._marks_sent is None or (marks_needed and self._marks_sent != self._marks.fingerprint()):
+                self._send_marks()
             try:
                 self.client.execute_windows(code)
                 return
-            except WAAHTTPError as exc:
-                # The server may have lost its marks (restarted, or another client updated it).
-                self._marks_sent = None
-                failsafe = any(m in exc.message.lower() for m in _FAILSAFE_MARKERS)
-                if not failsafe or attempt == 2:
-                    raise ActionRejected(f"{action.describe()} failed on the VM: {exc.message}") from exc
-                self.recover_from_failsafe()
+            except WAAError as exc:
+                if is_computer_unset(exc) and "computer" not in retried:
+                    retried.add("computer")
+                    self._marks_sent = None
+                    continue
+                if classify_action_error(exc) is Fault.AGENT:
+                    if "failsafe" in retried:
+                        raise ActionRejected(f"{action.describe()} failed on the VM: {exc.message}") from exc
+                    retried.add("failsafe")
+                    self.recover_from_failsafe()
+                    continue
+                raise EnvironmentFault.from_error("action", exc) from exc
 
     def recover_from_failsafe(self) -> None:
         """Move the pointer to the screen centre with the fail-safe off, so actions work again."""
         width, height = self.screen_size()
-        result = self.client.execute(to_execute_command(f"pyautogui.moveTo({width // 2}, {height // 2})"))
+        try:
+            result = self.client.execute(to_execute_command(f"pyautogui.moveTo({width // 2}, {height // 2})"))
+        except WAAError as exc:
+            raise EnvironmentFault.from_error("action", exc) from exc
         if not result.ok:
             raise ActionRejected(f"could not recover from the pyautogui fail-safe: {result.error.strip()}")
 
@@ -212,8 +272,12 @@ class WAALiveAdapter(BenchmarkAdapter):
         code = to_pyautogui(action, Screen(width=width, height=height, tree=tree))
         if code is None:
             return
-        result = self.client.execute(to_execute_command(code))
+        try:
+            result = self.client.execute(to_execute_command(code))
+        except WAAError as exc:
+            raise EnvironmentFault.from_error("action", exc) from exc
         if not result.ok:
+            # The command ran and failed (an unknown key, a bad coordinate): the agent's step.
             detail = (result.error or result.output).strip().splitlines()
             raise ActionRejected(
                 f"{action.describe()} failed on the VM (returncode {result.returncode}): "
@@ -265,18 +329,12 @@ class WAALiveAdapter(BenchmarkAdapter):
                 download_dir=self.setup_runner.download_dir,
                 devtools_url=self.setup_runner.devtools_url,
             )
-        if outcome.kind == "scored":
-            success = outcome.score >= 1.0
-            kind = OutcomeKind.SUCCESS if success else OutcomeKind.AGENT_FAILURE
-        elif outcome.kind == "infrastructure_error":
-            success, kind = False, OutcomeKind.INFRASTRUCTURE_ERROR
-        else:
-            success, kind = False, OutcomeKind.EVALUATION_ERROR
+        kind = evaluation_outcome(outcome.kind, outcome.score)
         return BenchmarkResult(
             task_id=task.task_id,
             domain=task.domain,
             outcome=kind,
-            success=success,
+            success=kind is OutcomeKind.SUCCESS,
             score=outcome.score if outcome.kind == "scored" else 0.0,
             infeasible=task.infeasible,
             reason=outcome.reason,

@@ -2,7 +2,9 @@
 
 Layers, each needing the one before: the server answers /probe; it reports its platform and
 screen; a screenshot decodes at that size; the accessibility tree parses; an action round trip
-(/execute of pyautogui code) succeeds; a trivial task is set up and scored 1 by the evaluator.
+(/execute of pyautogui code) succeeds; the server's `computer` object works (/update_computer,
+then a non-ASCII clipboard round trip through /execute_windows, which is how agents' text that
+pyautogui cannot type reaches the VM); a trivial task is set up and scored 1 by the evaluator.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from adapters.waa.accessibility import parse_accessibility_xml, visible_elements
 from adapters.waa.actions import to_execute_command
 from adapters.waa.client import WAAClient
 from adapters.waa.evaluator import evaluate_task
+from adapters.waa.grounding import Marks
 
 PROBE_FOLDER = "C:\\Users\\Docker\\Downloads"
 PROBE_FILE = "arena-probe.txt"
+# Accents, CJK and an emoji: text pyautogui drops, so it must travel through computer.clipboard.
+PROBE_TEXT = "arena probe: façade, 東京, ✓ 🙂"
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,15 @@ def probe_server(client: WAAClient, *, ready_deadline: float = 0.0) -> list[Laye
             raise RuntimeError(f"pyautogui moveTo failed (returncode {result.returncode}): {result.error.strip()[-300:]}")
         return "pyautogui moveTo ran"
 
+    def computer() -> str:
+        width, height = state["size"]  # type: ignore[misc]
+        client.update_computer(Marks(()).update_computer_payload(client.screenshot(), width, height))
+        client.execute_windows(f"computer.clipboard.copy_text({PROBE_TEXT!r})")
+        seen = client.obs_winagent().clipboard
+        if seen != PROBE_TEXT:
+            raise RuntimeError(f"clipboard round trip changed the text: sent {PROBE_TEXT!r}, the server holds {seen!r}")
+        return "update_computer, then computer.clipboard.copy_text of non-ASCII text arrived verbatim"
+
     def evaluation() -> str:
         client.setup_upload(f"{PROBE_FOLDER}\\{PROBE_FILE}", b"written by arena probe\n")
         try:
@@ -95,6 +109,7 @@ def probe_server(client: WAAClient, *, ready_deadline: float = 0.0) -> list[Laye
         ("screenshot", screenshot),
         ("accessibility", accessibility),
         ("action", action),
+        ("computer", computer),
         ("evaluation", evaluation),
     ]
     results: list[LayerResult] = []

@@ -1,14 +1,22 @@
 """Run WAA task setup steps (a task's `config`, and `postconfig` before evaluation).
 
 Each step is `{"type": T, "parameters": {...}}` as in WAA's task files. Unlike WAA's own setup
-controller, which logs most HTTP failures and carries on, a step that fails here raises
-`SetupStepError` naming the step, so a broken setup is reported as a setup failure instead of
-being scored as an agent failure.
+controller, which logs most HTTP failures and carries on, a step that fails here raises, sorted
+by adapters/outcomes.py rule R6: a problem of the task's own data (a missing file or program, a
+window that never appears) raises `SetupStepError` naming the step and carrying the server's
+message (a setup failure, not retried); a server that failed the call for its own reasons
+(connection trouble, 5xx) raises `EnvironmentFault` (infrastructure, retried from a fresh reset).
+
+Launches are verified: WAA's `/setup/launch` answers 200 for any command, even a program the VM
+does not have, so a launch counts only when a new window or a new process of the program appears
+(the process list comes from `tasklist` through `/setup/execute`).
 """
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import tempfile
 import time
 from collections.abc import Callable
@@ -17,6 +25,7 @@ from typing import Any
 
 import requests
 
+from adapters.outcomes import EnvironmentFault, Fault, classify_setup_error
 from adapters.waa.browser_setup import BrowserSetupError, DevToolsClient, close_tabs, open_tabs, update_browse_history
 from adapters.waa.client import ExecuteResult, WAAClient
 from adapters.waa.errors import WAAConnectionError, WAAError
@@ -28,14 +37,12 @@ UNTIL_MAX_FAILURES = 5
 UNTIL_MAX_ATTEMPTS = 100
 
 
-# Programs that open a window when launched, so a launch can be verified by a new window. Other
-# launches (powershell/Stop-Process, cmd scripts) have no visible effect we could check.
-GUI_PROGRAMS = (
-    "vlc", "code", "chrome", "google-chrome", "msedge", "explorer", "calc", "notepad", "mspaint",
-    "ms-clock:", "ms-settings:", "ms-photos:", "wordpad", "soffice", "swriter", "scalc", "libreoffice",
-)
 # 23 real WAA tasks launch `socat`, a Linux port forwarder that does not exist on Windows.
 NO_OP_PROGRAMS = ("socat",)
+# Launches that stop programs (8 real tasks: `Stop-Process -Name vlc`) start nothing to verify.
+_STOPPING = ("stop-process", "taskkill")
+# The process list a launch is verified against: `tasklist` in CSV without a header.
+TASKLIST_COMMAND = ["tasklist", "/fo", "csv", "/nh"]
 
 
 def launched_program(command: str | list[str]) -> str:
@@ -48,6 +55,28 @@ def launched_program(command: str | list[str]) -> str:
         return ""
     program = parts[0].strip('"').lower()
     return program.rsplit("\\", 1)[-1].removesuffix(".exe")
+
+
+def stops_programs(command: str | list[str]) -> bool:
+    """Whether a launch command only stops programs (Stop-Process, taskkill)."""
+    text = command if isinstance(command, str) else " ".join(str(p) for p in command)
+    return any(word in text.lower() for word in _STOPPING)
+
+
+def parse_tasklist(output: str) -> dict[int, str]:
+    """Image names by PID from `tasklist /fo csv /nh` output (malformed lines are skipped)."""
+    processes: dict[int, str] = {}
+    for row in csv.reader(io.StringIO(output)):
+        if len(row) >= 2 and row[1].strip().isdigit():
+            processes[int(row[1])] = row[0].strip()
+    return processes
+
+
+def is_process_of(image: str, program: str) -> bool:
+    """Whether a process image (e.g. "Code.exe") belongs to a launched program (e.g. "code")."""
+    stem = image.lower().removesuffix(".exe")
+    name = program.removeprefix("google-")  # WAA's server rewrites google-chrome to chrome
+    return bool(stem and name) and (stem.startswith(name) or name.startswith(stem))
 
 
 # WAA step type -> the SetupRunner method that runs it (parameters are WAA's, by keyword).
@@ -129,11 +158,23 @@ class SetupRunner:
                 raise SetupStepError(index, step_type, f"parameters must be an object, got {type(parameters).__name__}")
             try:
                 handler(**parameters)
-            except WAAConnectionError:
-                raise  # the VM is gone: infrastructure, not a setup failure
+            except EnvironmentFault:
+                raise
+            except WAAError as exc:
+                if classify_setup_error(exc) is Fault.ENVIRONMENT:
+                    raise EnvironmentFault(f"setup step {index} ({step_type})", exc.endpoint, exc.message) from exc
+                raise SetupStepError(index, step_type, str(exc)) from exc
+            except requests.HTTPError as exc:
+                status = exc.response.status_code if exc.response is not None else 0
+                if status >= 500:  # the file host failed, not the task's data
+                    raise EnvironmentFault(f"setup step {index} ({step_type})", str(exc.request.url if exc.request else ""), str(exc)) from exc
+                raise SetupStepError(index, step_type, str(exc)) from exc
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                # The host could not reach a download URL: network trouble, not the task's data.
+                raise EnvironmentFault(f"setup step {index} ({step_type})", "download", str(exc)) from exc
             except TypeError as exc:
                 raise SetupStepError(index, step_type, f"bad parameters {sorted(parameters)}: {exc}") from exc
-            except (WAAError, BrowserSetupError, ValueError, OSError, requests.RequestException) as exc:
+            except (BrowserSetupError, ValueError, OSError, requests.RequestException) as exc:
                 raise SetupStepError(index, step_type, str(exc)) from exc
 
     # -- step handlers: keyword names are WAA's parameter names --------------------------------
@@ -147,11 +188,15 @@ class SetupRunner:
         if program in NO_OP_PROGRAMS:
             self.notes.append(f"launch of {program!r} skipped: it does not exist on Windows (WAA data bug)")
             return
-        verify = self.launch_verify_seconds > 0 and program.startswith(GUI_PROGRAMS)
-        before = self._window_titles() if verify else None
+        if self.launch_verify_seconds <= 0 or stops_programs(command):
+            self.client.setup_launch(command, shell)
+            return
+        windows, processes = self._window_titles(), self._processes()
         self.client.setup_launch(command, shell)
-        if before is not None:
-            self._wait_for_new_window(program, before)
+        if windows is None and processes is None:
+            self.notes.append(f"launch of {program!r} not verified: the VM lists neither windows nor processes")
+            return
+        self._wait_for_start(program, windows or set(), processes or {})
 
     def _window_titles(self) -> set[str] | None:
         """Titles of the open windows, or None when the server cannot list them."""
@@ -160,21 +205,40 @@ class SetupRunner:
         except WAAConnectionError:
             raise
         except WAAError as exc:
-            self.notes.append(f"window list unavailable, launch not verified: {exc}")
+            self.notes.append(f"window list unavailable: {exc}")
             return None
         return {line.strip() for line in names.splitlines() if line.strip()}
 
-    def _wait_for_new_window(self, program: str, before: set[str]) -> None:
+    def _processes(self) -> dict[int, str] | None:
+        """Running processes by PID (`tasklist`), or None when the VM cannot list them."""
+        try:
+            result = self.client.setup_execute(TASKLIST_COMMAND)
+        except WAAConnectionError:
+            raise
+        except WAAError as exc:
+            self.notes.append(f"process list unavailable: {exc}")
+            return None
+        if not result.ok:
+            return None
+        return parse_tasklist(result.output)
+
+    def _wait_for_start(self, program: str, windows: set[str], processes: dict[int, str]) -> None:
+        """Wait for a new window, or a new process of `program`, to show that the launch worked."""
         deadline = time.monotonic() + self.launch_verify_seconds
         while True:
-            now = self._window_titles()
-            if now is None or now - before:
+            titles = self._window_titles()
+            if titles is not None and titles - windows:
+                return
+            now = self._processes()
+            if now is not None and any(
+                pid not in processes and is_process_of(image, program) for pid, image in now.items()
+            ):
                 return
             if time.monotonic() >= deadline:
                 raise ValueError(
-                    f"{program!r} was launched but no new window appeared within "
-                    f"{self.launch_verify_seconds:g} s (WAA's /setup/launch reports success even when "
-                    "nothing starts)"
+                    f"{program!r} was launched but neither a new window nor a new {program!r} process "
+                    f"appeared within {self.launch_verify_seconds:g} s (WAA's /setup/launch answers 200 "
+                    "even for a program the VM does not have)"
                 )
             self._sleep(0.25)
 
@@ -202,29 +266,28 @@ class SetupRunner:
         until = until or {}
         failures = 0
         for _attempt in range(UNTIL_MAX_ATTEMPTS):
-            result: ExecuteResult | None
             try:
                 result = self.client.setup_execute(command, shell=shell)
             except WAAConnectionError:
                 raise
-            except WAAError:
-                result = None
+            except WAAError as exc:
+                # Without `until` one failure ends the step; `run` sorts it by R6 and keeps the
+                # server's own message. With `until`, WAA retries up to UNTIL_MAX_FAILURES times.
                 failures += 1
-            if result is not None:
-                self._save_output(stdout, result.output)
-                self._save_output(stderr, result.error)
-                if not until:
-                    # WAA ignores the exit code here, and real tasks rely on it (postconfig
-                    # `taskkill` of a browser the agent already closed exits 128): keep a note.
-                    if not result.ok:
-                        self.notes.append(f"command exited {result.returncode}: {command!r:.120}")
-                    return
-                if _until_met(until, result):
-                    return
-            elif not until:
-                raise ValueError(f"command failed on the VM: {command!r:.200}")
-            if failures >= UNTIL_MAX_FAILURES:
-                break
+                if not until or failures >= UNTIL_MAX_FAILURES or classify_setup_error(exc) is Fault.TASK_DATA:
+                    raise
+                self._sleep(UNTIL_POLL_SECONDS)
+                continue
+            self._save_output(stdout, result.output)
+            self._save_output(stderr, result.error)
+            if not until:
+                # WAA ignores the exit code here, and real tasks rely on it (postconfig
+                # `taskkill` of a browser the agent already closed exits 128): keep a note.
+                if not result.ok:
+                    self.notes.append(f"command exited {result.returncode}: {command!r:.120}")
+                return
+            if _until_met(until, result):
+                return
             self._sleep(UNTIL_POLL_SECONDS)
         raise ValueError(f"'until' condition {until} never met for {command!r:.200}")
 

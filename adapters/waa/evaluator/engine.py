@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
+from adapters.outcomes import EnvironmentFault
 from adapters.waa.errors import WAAConnectionError
 from adapters.waa.evaluator.errors import EvaluationConfigError, HostNetworkError
 from adapters.waa.evaluator.getters import GETTERS, GetterContext
@@ -54,7 +55,8 @@ KNOWN_DEVIATIONS: list[str] = [
     # Where we deliberately do not produce WAA's number.
     "A WAAConnectionError (VM unreachable or timed out) anywhere is an infrastructure_error, never "
     "a score; WAA scores 0 when it happens in a single-metric result getter and crashes otherwise. "
-    "The same holds for a connection error from the postconfig callback.",
+    "The same holds for a connection error from the postconfig callback, and for a postconfig step "
+    "the server failed for its own reasons (5xx; adapters/outcomes.py R6).",
     "cloud_file: a network failure reaching the download URL is an infrastructure_error (WAA "
     "raises); an HTTP error status is an evaluation_error naming the URL; with offline=True a URL "
     "missing from the cache is an evaluation_error naming it. Downloads are cached by sha256 of "
@@ -336,6 +338,8 @@ def _postconfig(spec: dict[str, Any], run_postconfig: Callable[[list[dict[str, A
     except Exception as exc:  # noqa: BLE001 - classified below
         if isinstance(exc, WAAConnectionError):
             raise _Stop("infrastructure_error", f"postconfig: VM unreachable ({exc})") from exc
+        if isinstance(exc, EnvironmentFault):  # the server failed a postconfig step (R6)
+            raise _Stop("infrastructure_error", f"postconfig: {exc}") from exc
         raise _Stop("evaluation_error", f"postconfig failed: {_describe(exc)}") from exc
 
 

@@ -1,0 +1,154 @@
+"""Whose fault was it: the one place that decides how trouble during a task attempt is classified.
+
+A score measures the agent only when the environment did what was asked (DESIGN.md, "Errors and
+results"). Every rule below says which WAA server behaviour it answers (notes/waa.md); the
+vocabulary is `OutcomeKind` (adapters/benchmark.py) and, for a single failed call, `Fault`.
+
+Rules, by number (the README's outcome table cites them):
+
+R1  Server-side failure of a well-formed request is infrastructure. The server could not be
+    reached, dropped the connection, did not answer within the call's deadline, or answered 5xx
+    for its own reasons: WAA's `/execute` answers 500 when its 120 s subprocess timeout fires or
+    `subprocess.run` raises; any uncaught exception in the Flask app becomes 500.
+R2  An attempt in which any action or observation failed under R1 is never scored: it ends at
+    once as `infrastructure_error` naming the route and the server's message, its steps are kept,
+    and the task is retried from a fresh reset (bounded by the run's max attempts).
+R3  States the agent caused stay the agent's outcome. pyautogui's fail-safe (the agent drove the
+    pointer into a screen corner) and a command that ran but failed (`/execute` answers 200 with
+    a non-zero returncode, e.g. an unknown key name) are failed steps the agent sees; after
+    several in a row the episode ends as `agent_failure`.
+R4  `computer.*` unset is the harness's duty, not the agent's. WAA's `computer.mouse`,
+    `.keyboard` and `.clipboard` are None until `/update_computer` runs in that server process
+    (a fresh or restarted server, or a QEMU snapshot taken before any update). The adapter sends
+    `/update_computer` before the first `computer.*` call of every attempt; an "'NoneType' object
+    has no attribute" answer means the server restarted: it is re-sent and the call retried once,
+    and if that fails too the failure is R1.
+R5  A tree the agent made unreadable degrades, it does not drop. WAA's `/accessibility`
+    serializes with lxml, which refuses control characters: once a window holds one, every tree
+    call answers 500 until the text is gone. If the agent typed control characters in this
+    episode, the observation goes on without the tree (the step records why) and the episode is
+    scored as usual; otherwise the unreadable tree is R1.
+R6  Setup: a server-side error (connection, 5xx) on a setup step is infrastructure (R1). A
+    problem of the task's own data is `setup_failure` naming the step and carrying the server's
+    message: a file to open that does not exist (404), a window that never appears, a program the
+    VM does not have (`[WinError 2]`, or a launch that starts no new process or window: WAA's
+    `/setup/launch` answers 200 for anything), a parameter the server does not support.
+R7  Deadlines: one deadline per observation call covers its retries (the accessibility tree's
+    300 s is the total, not per try). An episode blocked in the environment past its hard limit
+    is infrastructure (the server did not answer); an episode whose own soft limit passes between
+    steps is `timeout` (the agent's time ran out); an agent blocked past the hard limit is
+    `timeout` too.
+R8  The agent's model endpoint failing (connection, 5xx, throttling after the SDK's retries) is
+    infrastructure, but of the agent's backend: the attempt is retried on the same VM.
+R9  Evaluation: a scored evaluation is `success` when the score is 1 and `agent_failure`
+    otherwise; a getter that could not reach the VM is infrastructure; a metric or task-data
+    error during evaluation is `evaluation_error`.
+
+Rates: the headline success rate counts only tasks whose environment was sound
+(`OutcomeKind.environment_was_sound`: infrastructure errors and setup failures are left out of
+its denominator and shown beside it).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+from adapters.benchmark import OutcomeKind
+from adapters.waa.errors import WAAConnectionError, WAAError, WAAHTTPError
+
+
+class Fault(str, enum.Enum):
+    """Whose fault one failed call to the WAA server was."""
+
+    AGENT = "agent"  # R3/R5: the agent caused the state; a failed step it can see
+    ENVIRONMENT = "environment"  # R1: the server failed; the attempt is not a measurement
+    TASK_DATA = "task_data"  # R6: the task's own data cannot be set up
+
+
+class EnvironmentFault(Exception):
+    """The WAA server failed a well-formed request for its own reasons (R1): never scored.
+
+    `route` names the call, `message` carries the server's own words, `phase` says where in the
+    attempt it happened (setup, observation, action, evaluation).
+    """
+
+    def __init__(self, phase: str, route: str, message: str) -> None:
+        super().__init__(f"server failed {route} during {phase}: {message}")
+        self.phase = phase
+        self.route = route
+        self.message = message
+
+    @classmethod
+    def from_error(cls, phase: str, error: WAAError) -> "EnvironmentFault":
+        return cls(phase, error.endpoint, error.message)
+
+
+_FAILSAFE_MARKERS = ("fail-safe", "failsafe")
+# R4: the message of an AttributeError on WAA's computer.mouse / .keyboard / .clipboard = None.
+_COMPUTER_UNSET = re.compile(r"'NoneType' object has no attribute")
+# R5: lxml's refusal to serialize a control character.
+_XML_INCOMPATIBLE = "XML compatible"
+# R6: Windows' "file not found" / "path not found" from subprocess or os calls on the VM.
+_MISSING_ON_VM = re.compile(r"\[WinError (2|3)\]|cannot find the (file|path) specified", re.IGNORECASE)
+_UNSUPPORTED_PARAMETER = re.compile(r"not supported", re.IGNORECASE)
+# XML 1.0 allows \t \n \r among the C0 controls; lxml refuses the rest (and NUL).
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def is_failsafe(error: WAAError) -> bool:
+    """pyautogui's fail-safe fired: the pointer is in a screen corner (R3)."""
+    return any(marker in error.message.lower() for marker in _FAILSAFE_MARKERS)
+
+
+def is_computer_unset(error: WAAError) -> bool:
+    """The server's computer.* objects are None: it restarted or never had /update_computer (R4)."""
+    return isinstance(error, WAAHTTPError) and bool(_COMPUTER_UNSET.search(error.message))
+
+
+def is_unreadable_tree(error: WAAError) -> bool:
+    """/accessibility refused a control character in some window's text (R5)."""
+    return isinstance(error, WAAHTTPError) and _XML_INCOMPATIBLE in error.message
+
+
+def has_control_characters(text: str) -> bool:
+    """Whether typing `text` would leave characters that WAA's tree serializer refuses (R5)."""
+    return bool(_CONTROL.search(text))
+
+
+def classify_action_error(error: WAAError) -> Fault:
+    """A failed action call (/execute, /execute_windows, /update_computer): R1, R3, R4."""
+    if isinstance(error, WAAConnectionError):
+        return Fault.ENVIRONMENT
+    if is_failsafe(error):
+        return Fault.AGENT
+    # Everything else the server answered with an error status: our request was well formed
+    # (the action code is ours, built from a validated action), so the server failed it.
+    return Fault.ENVIRONMENT
+
+
+def classify_tree_error(error: WAAError, agent_typed_control_characters: bool) -> Fault:
+    """A failed /accessibility call: the agent's own doing only under R5, else R1."""
+    if is_unreadable_tree(error) and agent_typed_control_characters:
+        return Fault.AGENT
+    return Fault.ENVIRONMENT
+
+
+def classify_setup_error(error: WAAError) -> Fault:
+    """A failed setup call (R6): server trouble is infrastructure, the task's data is not."""
+    if isinstance(error, WAAConnectionError):
+        return Fault.ENVIRONMENT
+    if isinstance(error, WAAHTTPError) and error.status < 500:
+        return Fault.TASK_DATA  # the server refused what the task asked for (missing file, window...)
+    if _MISSING_ON_VM.search(error.message) or _UNSUPPORTED_PARAMETER.search(error.message):
+        return Fault.TASK_DATA
+    return Fault.ENVIRONMENT
+
+
+def evaluation_outcome(kind: str, score: float) -> OutcomeKind:
+    """R9: the outcome of an evaluation the evaluator reported as `kind` with `score`."""
+    if kind == "scored":
+        return OutcomeKind.SUCCESS if score >= 1.0 else OutcomeKind.AGENT_FAILURE
+    if kind == "infrastructure_error":
+        return OutcomeKind.INFRASTRUCTURE_ERROR
+    return OutcomeKind.EVALUATION_ERROR
