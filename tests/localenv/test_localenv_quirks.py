@@ -61,9 +61,10 @@ def notepad_text(client: Client) -> str | None:
 # -- settings and /sim/info ----------------------------------------------------------------
 def test_quirk_settings_defaults_and_validation():
     assert QuirkSettings().to_dict() == {"ready_delay": 2.0, "accessibility_delay": 1.0, "launch_delay": 0.5,
-                                         "failsafe": True}
+                                         "failsafe": True, "action_fault_rate": 0.0, "fault_seed": 0}
     assert QuirkSettings.from_dict({"ready_delay": 0}).ready_delay == 0.0
-    for bad in ({"bogus": 1}, {"ready_delay": -1}, {"launch_delay": "1"}, {"failsafe": 1}, {"accessibility_delay": True}):
+    for bad in ({"bogus": 1}, {"ready_delay": -1}, {"launch_delay": "1"}, {"failsafe": 1}, {"accessibility_delay": True},
+                {"action_fault_rate": 1.5}, {"action_fault_rate": True}, {"fault_seed": 1.5}):
         with pytest.raises(ValueError):
             QuirkSettings.from_dict(bad)
     with pytest.raises(ValueError, match="without quirks=True"):
@@ -74,12 +75,13 @@ def test_sim_info_reports_quirks_and_devtools(client, qclient, quirk_sim):
     info = client.get("/sim/info").json()
     assert info["quirks"] is False and info["devtools"] is False and info["ready"] is True
     assert info["quirk_settings"] == {"ready_delay": 0.0, "accessibility_delay": 0.0, "launch_delay": 0.0,
-                                      "failsafe": False}
+                                      "failsafe": False, "action_fault_rate": 0.0, "fault_seed": 0}
     qinfo = qclient.get("/sim/info").json()
     assert set(qinfo) == {"simulation", "label", "width", "height", "snapshots", "devtools", "quirks",
                           "quirk_settings", "ready", "ready_in", "server_failsafe"}
     assert qinfo["quirks"] is True and qinfo["devtools"] is False and qinfo["ready"] is True
-    assert qinfo["quirk_settings"] == {**SETTINGS, "failsafe": True} == quirk_sim.quirks.to_dict()
+    assert qinfo["quirk_settings"] == {**SETTINGS, "failsafe": True, "action_fault_rate": 0.0, "fault_seed": 0} \
+        == quirk_sim.quirks.to_dict()
     assert qinfo["server_failsafe"] is True
 
 

@@ -7,7 +7,10 @@ the real server, so a non-loopback host is refused unless ``--allow-remote`` is 
 SIGTERM and SIGINT stop the server cleanly.
 
 ``--quirks`` turns on quirks mode (see :mod:`.quirks`), tuned by ``--ready-delay``,
-``--accessibility-delay``, ``--launch-delay`` and ``--failsafe/--no-failsafe``. While the
+``--accessibility-delay``, ``--launch-delay``, ``--failsafe/--no-failsafe``,
+``--action-fault-rate`` and ``--fault-seed``. Injected faults (:mod:`.faults`, ``POST
+/sim/faults``) are applied here, before the request reaches the app, because only this server
+can drop a connection without an answer. While the
 readiness delay runs, the HTTP server resets (TCP RST, no answer) every connection whose request
 is not for ``/sim/*``, as a VM whose WAA server is not up yet; the port file is written when
 that delay starts, so a launcher can return at once and leave the waiting to its caller.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import logging
 import os
 import signal
@@ -24,6 +28,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -35,21 +40,46 @@ from .server import create_app
 
 
 def _gated_handler(env: SimEnvironment) -> type[WSGIRequestHandler]:
-    """A request handler that resets connections while the simulated server is not up yet."""
+    """A request handler that resets connections while the simulated server is not up yet, and
+    applies injected faults (:mod:`.faults`) before a request reaches the app."""
 
     class GatedHandler(WSGIRequestHandler):
         def run_wsgi(self) -> None:
-            if env.is_ready() or urlsplit(self.path).path.startswith("/sim/"):
-                super().run_wsgi()
+            path = urlsplit(self.path).path
+            if not env.is_ready() and not path.startswith("/sim/"):
+                self._reset()  # not up yet: no HTTP answer at all
                 return
-            # Not up yet: no HTTP answer at all. SO_LINGER 0 makes close() send RST at once,
-            # so the client sees "connection reset" as from a port nobody serves properly yet.
+            fault = env.faults.match(path)
+            if fault is not None:
+                if fault.delay:
+                    time.sleep(fault.delay)
+                if fault.drop:
+                    self._reset()
+                    return
+                if fault.status != 200:
+                    self._answer_error(fault.status, fault.body_message(path))
+                    return
+            super().run_wsgi()
+
+        def _reset(self) -> None:
+            # SO_LINGER 0 makes close() send RST at once, so the client sees "connection reset"
+            # as from a port nobody serves properly.
             self.close_connection = True
             try:
                 self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 self.connection.close()
             except OSError:
                 pass
+
+        def _answer_error(self, status: int, message: str) -> None:
+            body = json.dumps({"status": "error", "message": message}).encode()
+            self.close_connection = True  # the request body was never read
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
 
     return GatedHandler
 
@@ -83,9 +113,13 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"seconds before a /setup/launch window opens (default {d.launch_delay})")
     q.add_argument("--failsafe", action=argparse.BooleanOptionalAction, default=None,
                    help=f"pyautogui fail-safe in the server process (default {'on' if d.failsafe else 'off'})")
+    q.add_argument("--action-fault-rate", type=float,
+                   help="share of /execute and /execute_windows requests that fail server-side (default 0)")
+    q.add_argument("--fault-seed", type=int, help="seed of the fault draws (default 0)")
     args = p.parse_args(argv)
     knobs = {"ready_delay": args.ready_delay, "accessibility_delay": args.accessibility_delay,
-             "launch_delay": args.launch_delay, "failsafe": args.failsafe}
+             "launch_delay": args.launch_delay, "failsafe": args.failsafe,
+             "action_fault_rate": args.action_fault_rate, "fault_seed": args.fault_seed}
     knobs = {k: v for k, v in knobs.items() if v is not None}
     if knobs and not args.quirks:
         print(f"quirk settings {sorted(knobs)} need --quirks", file=sys.stderr)

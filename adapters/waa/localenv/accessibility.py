@@ -18,8 +18,10 @@ Format (as the real server builds it for ``backend=uia`` / ``win32`` with pywina
   ``cp:size="(w, h)"`` in screen pixels; ``val:value`` for edits, combo boxes, switches and
   list items; ``win:class`` with the pywinauto wrapper class repr, as the real server writes;
 * the element's text (an edit's contents) as XML text, omitted when equal to the name; any
-  Unicode text is kept verbatim (``\r`` as ``&#13;``), except characters XML 1.0 cannot carry
-  (C0 controls other than tab/newline/CR, lone surrogates, U+FFFE/U+FFFF), shown as U+FFFD.
+  Unicode text is kept verbatim (``\r`` as ``&#13;``). A C0 control character other than
+  tab/newline/CR anywhere raises :class:`XMLIncompatible` with lxml's own message, as the real
+  server's serializer does (its route then answers 500 until the text is gone); lone surrogates
+  and U+FFFE/U+FFFF are shown as U+FFFD.
 
 Element ids (a simulation addition; the real server emits none): every element except the
 ``desktop`` root carries ``id="N"``, its 0-based position in document (pre-)order. That is the
@@ -82,11 +84,22 @@ def wrapper_class(role: str, backend: str) -> str:
     return f"<class 'pywinauto.controls.{mod}'>"
 
 
-_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+_XML_INVALID = re.compile("[\ud800-\udfff\ufffe\uffff]")
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+XML_INCOMPATIBLE_MESSAGE = "All strings must be XML compatible: Unicode or ASCII, no NULL bytes or control characters"
+
+
+class XMLIncompatible(ValueError):
+    """A window's text holds a control character, which lxml (the real server's serializer) refuses."""
+
+    def __init__(self) -> None:
+        super().__init__(XML_INCOMPATIBLE_MESSAGE)
 
 
 def _esc(s: str, attr: bool = False) -> str:
-    # Characters XML 1.0 cannot carry at all (most C0 controls, lone surrogates) become U+FFFD.
+    if _CONTROL.search(s):
+        raise XMLIncompatible()
+    # Other characters XML 1.0 cannot carry at all (lone surrogates) become U+FFFD.
     s = _XML_INVALID.sub("\ufffd", s)
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     if attr:

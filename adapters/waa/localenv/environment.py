@@ -17,7 +17,9 @@ from typing import Any, Callable
 
 from . import actioncode
 from .desktop import Desktop
+from .faults import FaultInjector
 from .filesystem import SimFileSystem
+from .processes import tasklist_csv
 from .quirks import QuirkSettings
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,18 @@ class SimEnvironment:
         self.computer: actioncode.ComputerState | None = None
         self.snapshots: dict[str, tuple[Any, ...]] = {}
         self.sleep = sleep
+        # Injected server faults (POST /sim/faults; quirks mode's action_fault_rate).
+        self.faults = FaultInjector.for_action_rate(self.quirks.action_fault_rate, self.quirks.fault_seed)
+
+    def restart_server(self) -> None:
+        """The WAA server process restarted while the VM kept running (its watchdog, a crash).
+
+        Its module state is new: ``computer`` is None again until the next /update_computer, and
+        pyautogui's fail-safe is back to its default. Desktop, files and clipboard stay.
+        """
+        with self.lock:
+            self.computer = None
+            self.server_failsafe = self.quirks.failsafe
 
     # -- readiness and delayed launches (quirks mode) ---------------------------------------
     def start_ready_clock(self) -> None:
@@ -111,6 +125,8 @@ class SimEnvironment:
             argv = [str(c) for c in command]
         else:
             argv = None  # a shell string
+        if argv is None and _is_tasklist(str(command).split()):
+            argv = str(command).split()
         if argv is None:
             # cmd.exe would parse it; accept only the exact registry query form.
             m = re.match(r'^powershell(?:\.exe)? -Command "(.*)"$', str(command).strip(), re.S | re.I)
@@ -121,6 +137,9 @@ class SimEnvironment:
         if not argv:
             return self._unavailable("")
         prog = argv[0].replace("\\", "/").rsplit("/", 1)[-1].lower()
+        if _is_tasklist(argv):
+            with self.lock:
+                return self._result(output=tasklist_csv(self.desk))
         if prog in _PYTHONS and len(argv) == 3 and argv[1] == "-c":
             return self._python(argv[2])
         if prog in ("powershell", "powershell.exe") and len(argv) == 3 and argv[1].lower() == "-command":
@@ -198,3 +217,9 @@ class SimEnvironment:
             finally:
                 self.server_failsafe = runner.failsafe  # module state of the long-running server
         return "".join(runner.stdout)
+
+
+def _is_tasklist(argv: list[str]) -> bool:
+    """``tasklist /fo csv /nh``: the process list the client verifies launches with."""
+    words = [a.lower() for a in argv]
+    return bool(words) and words[0] in ("tasklist", "tasklist.exe") and words[1:] == ["/fo", "csv", "/nh"]

@@ -16,6 +16,10 @@ booted VM whose WAA server is slow, so the project's client and adapter are test
   ``/execute_windows`` code that drives the pointer into a screen corner fails with pyautogui's
   fail-safe error (WAA's ``main.py`` sets ``pyautogui.FAILSAFE = False``, but whether deployed
   images keep it off is disputed; quirks mode assumes the awkward case).
+* ``action_fault_rate`` (default 0.0) with ``fault_seed`` (default 0): this share of ``/execute``
+  and ``/execute_windows`` requests fails server-side with 500 (WAA's own "timed out after 120
+  seconds" for ``/execute``), the action not applied; drawn from a generator seeded with
+  ``fault_seed``, so a run is repeatable. Same mechanism as ``POST /sim/faults`` (:mod:`.faults`).
 
 Without quirks mode all delays are 0 and the server-process fail-safe is off.
 """
@@ -34,6 +38,8 @@ class QuirkSettings:
     accessibility_delay: float = 1.0
     launch_delay: float = 0.5
     failsafe: bool = True
+    action_fault_rate: float = 0.0
+    fault_seed: int = 0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> "QuirkSettings":
@@ -47,6 +53,13 @@ class QuirkSettings:
             if name == "failsafe":
                 if not isinstance(value, bool):
                     raise ValueError(f"quirk setting failsafe must be a bool, not {value!r}")
+            elif name == "fault_seed":
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise ValueError(f"quirk setting fault_seed must be an integer, not {value!r}")
+            elif name == "action_fault_rate":
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                    raise ValueError(f"quirk setting action_fault_rate must be a number in [0, 1], not {value!r}")
+                data[name] = float(value)
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 600:
                 raise ValueError(f"quirk setting {name} must be a number of seconds in [0, 600], not {value!r}")
             else:
@@ -56,7 +69,8 @@ class QuirkSettings:
     @classmethod
     def off(cls) -> "QuirkSettings":
         """The effective settings when quirks mode is off: no delays, fail-safe off."""
-        return cls(ready_delay=0.0, accessibility_delay=0.0, launch_delay=0.0, failsafe=False)
+        return cls(ready_delay=0.0, accessibility_delay=0.0, launch_delay=0.0, failsafe=False,
+                   action_fault_rate=0.0)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict, as /sim/info reports it."""
@@ -66,4 +80,5 @@ class QuirkSettings:
         """The ``python -m adapters.waa.localenv`` flags that reproduce these settings."""
         return ["--quirks", "--ready-delay", repr(self.ready_delay), "--accessibility-delay",
                 repr(self.accessibility_delay), "--launch-delay", repr(self.launch_delay),
-                "--failsafe" if self.failsafe else "--no-failsafe"]
+                "--failsafe" if self.failsafe else "--no-failsafe",
+                "--action-fault-rate", repr(self.action_fault_rate), "--fault-seed", str(self.fault_seed)]

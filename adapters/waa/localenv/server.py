@@ -10,8 +10,14 @@ with strict=true raises the window without the real minimise/restore pauses; rou
 UI Automation we do not model (``/are_files_sorted_by_modified_time``, ``/is_directory_read_only_for_user``,
 ``/are_all_images_tagged``, clock checks, recording) answer 500 saying so.
 
+``/accessibility`` answers 500 with lxml's "All strings must be XML compatible ..." while any
+window title or text holds a control character (the real server serializes with lxml), and
+``/execute`` of ``tasklist /fo csv /nh`` lists the simulated processes (:mod:`.processes`).
+
 Simulation-only routes, under ``/sim/``: ``POST /sim/snapshot/save {"name"}``,
-``POST /sim/snapshot/load {"name"}`` (404 for an unknown name) and ``GET /sim/info``.
+``POST /sim/snapshot/load {"name"}`` (404 for an unknown name), ``GET /sim/info``,
+``POST /sim/restart`` (the WAA server process restarts: ``computer`` is None again until the next
+``/update_computer``) and ``GET|POST /sim/faults`` (injected server faults, :mod:`.faults`).
 
 Chrome DevTools stand-in: WAA's VM exposes Chrome's debugging port (9222); the simulation has no
 browser, so ``/json``, ``/json/list``, ``/json/version``, ``/json/protocol``, ``/json/new``,
@@ -35,6 +41,7 @@ from flask import Flask, Response, jsonify, request
 
 from . import SIMULATION_LABEL, actioncode
 from .environment import SimEnvironment
+from .faults import FaultSpecError
 from .filesystem import USER_HOME, PathError, parse_winpath
 from .launch import launch, open_path
 from .render import png_bytes, render
@@ -440,6 +447,20 @@ def create_app(env: SimEnvironment) -> Flask:
         if not env.load_snapshot(name):
             return jsonify({"status": "error", "message": f"no snapshot named {name!r}"}), 404
         return jsonify({"status": "success"})
+
+    @app.route("/sim/restart", methods=["POST"])
+    def sim_restart():
+        env.restart_server()
+        return jsonify({"status": "success"})
+
+    @app.route("/sim/faults", methods=["GET", "POST"])
+    def sim_faults():
+        if request.method == "POST":
+            try:
+                env.faults.configure(request.get_json(silent=True))
+            except FaultSpecError as exc:
+                return jsonify({"status": "error", "message": str(exc)}), 400
+        return jsonify({"faults": env.faults.describe()})
 
     @app.route("/sim/info", methods=["GET"])
     def sim_info():
