@@ -47,6 +47,7 @@ def summary_rows(summary: RunSummary, completeness: RunCompleteness | None = Non
             "tasks": d.total,
             "successes": d.successes,
             "success_rate": round(d.success_rate, 4),
+            "success_rate_sound": None if d.success_rate_sound is None else round(d.success_rate_sound, 4),
             "avg_score": round(d.avg_score, 4),
             **({"missing": missing.get(d.domain, 0)} if completeness else {}),
         }
@@ -63,11 +64,20 @@ def summary_rows(summary: RunSummary, completeness: RunCompleteness | None = Non
             "tasks": summary.total,
             "successes": summary.successes,
             "success_rate": round(summary.success_rate or 0.0, 4),
+            "success_rate_sound": None if summary.success_rate_sound is None else round(summary.success_rate_sound, 4),
             "avg_score": round(sum((d.avg_score or 0.0) * d.total for d in summary.per_domain) / max(1, summary.total), 4),
             **({"missing": completeness.missing} if completeness else {}),
         }
     )
     return rows
+
+
+def sound_rate_line(summary: RunSummary) -> str:
+    """The headline rate (adapters/results/rates.py) with what it leaves out."""
+    return (
+        f"success rate (sound environment): {_pct(summary.success_rate_sound).strip()}   left out: "
+        f"{summary.infrastructure_errors} infrastructure error(s), {summary.setup_failures} setup failure(s)"
+    )
 
 
 def completeness_lines(completeness: RunCompleteness) -> list[str]:
@@ -101,7 +111,7 @@ def completeness_lines(completeness: RunCompleteness) -> list[str]:
 def format_summary(
     run_id: str, summary: RunSummary, environment: str, completeness: RunCompleteness | None = None
 ) -> str:
-    """A plain-text table: success per domain, then totals raw and excluding infrastructure errors."""
+    """A plain-text table: success per domain, the headline (sound environment) rate, the status."""
     label = "LOCAL SIMULATION, not a Windows VM" if environment == "local-simulation" else environment
     lines = [
         f"WAA run {run_id}  [{label}]",
@@ -113,7 +123,7 @@ def format_summary(
         lines.append(f"{d.domain:<20} {d.total:>5} {d.successes:>7} {_pct(d.success_rate):>7} {avg:>9}")
     lines.append("-" * 52)
     lines.append(f"{'ALL':<20} {summary.total:>5} {summary.successes:>7} {_pct(summary.success_rate):>7}")
-    lines.append(f"success rate excluding infrastructure errors: {_pct(summary.success_rate_excluding_infra)}")
+    lines.append(sound_rate_line(summary))
     lines.append(
         f"feasible tasks: {_pct(summary.feasible_success_rate)}   infeasible tasks: {_pct(summary.infeasible_success_rate)}"
     )
@@ -140,7 +150,7 @@ def summary_markdown(
         out.append("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |")
     out += [
         "",
-        f"Success rate excluding infrastructure errors: {_pct(summary.success_rate_excluding_infra)}",
+        sound_rate_line(summary)[0].upper() + sound_rate_line(summary)[1:],
         "",
         "Outcomes (last attempt per task): "
         + (", ".join(f"{k}={v}" for k, v in sorted(summary.per_outcome.items()) if v) or "none"),

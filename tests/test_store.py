@@ -245,9 +245,10 @@ def test_summary_numbers(store: ResultStore) -> None:
     for r in results:
         store.record_result(RUN, r)
     s = store.summary(RUN)
-    assert (s.total, s.successes, s.infrastructure_errors) == (10, 3, 2)
+    assert (s.total, s.successes, s.infrastructure_errors, s.setup_failures) == (10, 3, 2, 1)
     assert s.success_rate == pytest.approx(0.3)
-    assert s.success_rate_excluding_infra == pytest.approx(3 / 8)
+    # The headline rate leaves out infrastructure errors and setup failures (10 - 2 - 1 tasks).
+    assert s.success_rate_sound == pytest.approx(3 / 7)
     assert s.avg_score == pytest.approx(3.25 / 10)
     assert (s.feasible_total, s.feasible_successes) == (7, 2)
     assert s.feasible_success_rate == pytest.approx(2 / 7)
@@ -261,10 +262,10 @@ def test_summary_numbers(store: ResultStore) -> None:
     assert [d.domain for d in s.per_domain] == ["chrome", "notepad", "vlc"]
     assert (by_domain["notepad"].total, by_domain["notepad"].successes) == (3, 1)
     assert by_domain["notepad"].success_rate == pytest.approx(1 / 3)
-    assert by_domain["notepad"].success_rate_excluding_infra == pytest.approx(1 / 2)
+    assert by_domain["notepad"].success_rate_sound == pytest.approx(1 / 2)
     assert by_domain["notepad"].avg_score == pytest.approx(1.25 / 3)
     assert by_domain["chrome"].success_rate == pytest.approx(0.25)
-    assert by_domain["chrome"].success_rate_excluding_infra == pytest.approx(0.25)
+    assert by_domain["chrome"].success_rate_sound == pytest.approx(1 / 3)  # its setup failure is out
     assert by_domain["vlc"].avg_score == pytest.approx(1 / 3)
     low, high = s.success_rate_ci95
     assert low < 0.3 < high
@@ -274,7 +275,7 @@ def test_summary_numbers(store: ResultStore) -> None:
 def test_summary_of_empty_run_has_no_rates(store: ResultStore) -> None:
     s = store.summary(RUN)
     assert s.total == 0 and s.success_rate is None and s.success_rate_ci95 is None
-    assert s.success_rate_excluding_infra is None and s.feasible_success_rate is None
+    assert s.success_rate_sound is None and s.feasible_success_rate is None
     assert s.per_domain == [] and set(s.per_outcome.values()) == {0}
 
 

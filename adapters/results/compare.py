@@ -9,12 +9,13 @@ Rules, all over each task's *final* attempt (the `latest_task_results` view):
 
 - Each run's success rate counts all its tasks (as the run summary's "rate" does), with a
   Wilson 95% interval.
-- A task whose final outcome is an infrastructure error in either run says nothing about the
-  agent: it is left out of the flips, the paired delta and the test, and listed on its own.
+- A task whose final outcome is an infrastructure error or a setup failure in either run says
+  nothing about the agent (adapters/results/rates.py): it is left out of the flips, the paired
+  delta and the test, and listed on its own.
 - The remaining tasks both runs have are *paired*: the delta is the paired difference over them
   with Newcombe's paired interval, and the verdict comes from the exact McNemar test on their
   discordant pairs (fixed vs broken). A domain whose runs share no such task, but where both
-  runs have tasks, gets an unpaired delta over each run's tasks (infrastructure errors left
+  runs have tasks, gets an unpaired delta over each run's tasks (those tasks left
   out) with Newcombe's interval for independent proportions. `delta_method` says which.
 """
 
@@ -25,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from adapters.benchmark import OutcomeKind
+from adapters.results.rates import RunStatus, is_final, is_sound, rate
 from adapters.results.stats import (
     Interval,
     mcnemar_exact,
@@ -45,7 +46,6 @@ DeltaMethod = Literal["paired", "unpaired"]
 
 DEFAULT_ALPHA = 0.05
 ALL = "ALL"
-_INFRA = OutcomeKind.INFRASTRUCTURE_ERROR.value
 _REQUIRED = ("task_id", "success", "outcome")
 
 
@@ -57,19 +57,20 @@ class DomainComparison(BaseModel):
     baseline_successes: int
     baseline_rate: float | None
     baseline_ci95: Interval | None  # Wilson
-    baseline_infrastructure_errors: int = 0
+    # Tasks whose final outcome is an infrastructure error or a setup failure (not compared).
+    baseline_left_out: int = 0
     new_total: int
     new_successes: int
     new_rate: float | None
     new_ci95: Interval | None  # Wilson
-    new_infrastructure_errors: int = 0
-    # Tasks in both runs with no infrastructure error in either: the paired delta's tasks.
+    new_left_out: int = 0
+    # Tasks in both runs with a sound environment in both: the paired delta's tasks.
     paired_tasks: int = 0
     delta: float | None  # new minus baseline; see delta_method for over which tasks
     delta_ci95: Interval | None = None
     delta_method: DeltaMethod | None = None
     # The tasks and successes of each run that the delta is computed over: the paired tasks,
-    # or for an unpaired delta each run's tasks without infrastructure errors.
+    # or for an unpaired delta each run's tasks with a sound environment.
     delta_baseline_tasks: int = 0
     delta_baseline_successes: int = 0
     delta_new_tasks: int = 0
@@ -102,7 +103,7 @@ class TaskFlip(BaseModel):
 
 
 class PairedTest(BaseModel):
-    """The exact McNemar test over the paired tasks (both runs, no infrastructure error)."""
+    """The exact McNemar test over the paired tasks (both runs, sound environment in both)."""
 
     method: str = "exact McNemar (two-sided binomial on the discordant pairs)"
     alpha: float
@@ -123,9 +124,17 @@ class RunComparison(BaseModel):
     domains: list[DomainComparison]  # sorted by domain, plus a final "ALL" row
     fixed: list[TaskFlip]  # failed in the baseline run, succeeded in the new run
     broken: list[TaskFlip]  # succeeded in the baseline run, failed in the new run
-    # Tasks in both runs whose final outcome is an infrastructure error in either run: not
-    # evidence about the agent, so neither flips nor part of the test.
-    infrastructure_errors: list[TaskFlip] = Field(default_factory=list)
+    # Tasks in both runs whose final outcome is an infrastructure error or a setup failure in
+    # either run: not evidence about the agent, so neither flips nor part of the test.
+    left_out: list[TaskFlip] = Field(default_factory=list)
+    # Each run's status and how many of its selected tasks have no final result (from the runs
+    # table; None when compared from bare rows).
+    baseline_status: RunStatus | None = None
+    new_status: RunStatus | None = None
+
+    def warnings(self) -> list[str]:
+        """A line per run that is not complete (its rates leave tasks out)."""
+        return [w for s in (self.baseline_status, self.new_status) if s is not None and (w := s.warning())]
     only_in_baseline: list[str]
     only_in_new: list[str]
     test: PairedTest
@@ -179,12 +188,8 @@ def _domain(row: Mapping[str, Any]) -> str:
     return str(row.get("domain") or "")
 
 
-def _is_infra(row: Mapping[str, Any]) -> bool:
-    return str(row["outcome"]) == _INFRA
-
-
-def _rate(successes: int, total: int) -> float | None:
-    return successes / total if total else None
+def _left_out(row: Mapping[str, Any]) -> bool:
+    return not is_sound(str(row["outcome"]))
 
 
 def _domain_row(
@@ -200,14 +205,14 @@ def _domain_row(
         "domain": domain,
         "baseline_total": len(base),
         "baseline_successes": b_succ,
-        "baseline_rate": _rate(b_succ, len(base)),
+        "baseline_rate": rate(b_succ, len(base)),
         "baseline_ci95": wilson_interval(b_succ, len(base)),
-        "baseline_infrastructure_errors": sum(_is_infra(r) for r in base),
+        "baseline_left_out": sum(_left_out(r) for r in base),
         "new_total": len(new),
         "new_successes": n_succ,
-        "new_rate": _rate(n_succ, len(new)),
+        "new_rate": rate(n_succ, len(new)),
         "new_ci95": wilson_interval(n_succ, len(new)),
-        "new_infrastructure_errors": sum(_is_infra(r) for r in new),
+        "new_left_out": sum(_left_out(r) for r in new),
         "paired_tasks": len(pairs),
         "delta": None,
     }
@@ -227,8 +232,8 @@ def _domain_row(
             delta_new_successes=both + fixed,
         )
         return DomainComparison(**row)
-    base_clean = [r for r in base if not _is_infra(r)]
-    new_clean = [r for r in new if not _is_infra(r)]
+    base_clean = [r for r in base if not _left_out(r)]
+    new_clean = [r for r in new if not _left_out(r)]
     if base_clean and new_clean:
         # Both runs have tasks here but share none: compare them as independent samples.
         b_clean = sum(bool(r["success"]) for r in base_clean)
@@ -277,7 +282,7 @@ def compare_runs(
 
     fixed: list[TaskFlip] = []
     broken: list[TaskFlip] = []
-    infra: list[TaskFlip] = []
+    left_out: list[TaskFlip] = []
     pairs: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
     for task_id in sorted(base.keys() & new.keys()):
         b, n = base[task_id], new[task_id]
@@ -287,8 +292,8 @@ def compare_runs(
             baseline_outcome=str(b["outcome"]),
             new_outcome=str(n["outcome"]),
         )
-        if _is_infra(b) or _is_infra(n):
-            infra.append(flip)
+        if _left_out(b) or _left_out(n):
+            left_out.append(flip)
             continue
         pairs.append((b, n))
         if bool(b["success"]) != bool(n["success"]):
@@ -317,7 +322,7 @@ def compare_runs(
         domains=rows,
         fixed=fixed,
         broken=broken,
-        infrastructure_errors=infra,
+        left_out=left_out,
         only_in_baseline=sorted(base.keys() - new.keys()),
         only_in_new=sorted(new.keys() - base.keys()),
         test=PairedTest(
@@ -373,7 +378,17 @@ def compare_stored_runs(
             cursor = conn.execute(_FINAL_ATTEMPTS_SQL, [run_id])
             names = [d[0] for d in cursor.description]
             rows.append([dict(zip(names, values)) for values in cursor.fetchall()])
-    return compare_runs(rows[0], rows[1], baseline_run_id, new_run_id, alpha=alpha)
+        statuses = [
+            _run_status(conn, run_id, run_rows) for run_id, run_rows in zip((baseline_run_id, new_run_id), rows)
+        ]
+    comparison = compare_runs(rows[0], rows[1], baseline_run_id, new_run_id, alpha=alpha)
+    return comparison.model_copy(update={"baseline_status": statuses[0], "new_status": statuses[1]})
+
+
+def _run_status(conn: Any, run_id: str, rows: list[dict[str, Any]]) -> RunStatus:
+    status, selected = conn.execute("SELECT status, task_count FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    return RunStatus(run_id=run_id, status=status, selected=selected,
+                     final=sum(is_final(str(r["outcome"])) for r in rows))
 
 
 # --- rendering -------------------------------------------------------------------------------
@@ -408,7 +423,7 @@ def verdict_sentence(comparison: RunComparison) -> str:
     t = comparison.test
     if t.verdict == "insufficient data":
         return (
-            "insufficient data: the runs have no task in common without an infrastructure error, "
+            "insufficient data: the runs have no task in common with a sound environment in both, "
             "so there is nothing to pair"
         )
     relation = "<" if t.p_value is not None and t.p_value < t.alpha else ">="
@@ -429,6 +444,7 @@ def comparison_markdown(comparison: RunComparison, title: str) -> str:
         "",
         f"**Verdict: {verdict_sentence(comparison)}**",
         "",
+        *[f"**Warning: {w}.**\n" for w in comparison.warnings()],
         "| domain | baseline | new | change | 95% CI of change | basis | baseline 95% CI | new 95% CI |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -445,17 +461,17 @@ def comparison_markdown(comparison: RunComparison, title: str) -> str:
         "Rates count every task of each run, with Wilson 95% intervals. The change is the paired "
         "difference over the tasks both runs have (Newcombe's paired interval), or, where the runs "
         "share no task, the difference of independent proportions (Newcombe's interval for "
-        "those); infrastructure errors are left out of the change and the test.",
+        "those); infrastructure errors and setup failures are left out of the change and the test.",
     ]
     for heading, flips in (("Fixed (failed before, succeed now)", comparison.fixed),
                            ("Broken (succeeded before, fail now)", comparison.broken)):
         lines += ["", f"## {heading}: {len(flips)}"]
         lines += [f"- `{f.task_id}` ({f.domain}): {f.baseline_outcome} -> {f.new_outcome}" for f in flips]
-    if comparison.infrastructure_errors:
-        lines += ["", f"## Infrastructure errors, not compared: {len(comparison.infrastructure_errors)}"]
+    if comparison.left_out:
+        lines += ["", f"## Infrastructure errors and setup failures, not compared: {len(comparison.left_out)}"]
         lines += [
             f"- `{f.task_id}` ({f.domain}): {f.baseline_outcome} -> {f.new_outcome}"
-            for f in comparison.infrastructure_errors
+            for f in comparison.left_out
         ]
     if comparison.only_in_baseline or comparison.only_in_new:
         lines += [
@@ -476,6 +492,7 @@ def render_comparison_text(comparison: RunComparison) -> str:
     lines = [
         f"Run comparison: new '{comparison.new_run_id}' vs baseline '{comparison.baseline_run_id}'",
         f"Verdict: {verdict_sentence(comparison)}",
+        *[f"WARNING: {w}" for w in comparison.warnings()],
         "",
         header,
         rule,
@@ -493,7 +510,7 @@ def render_comparison_text(comparison: RunComparison) -> str:
         )
     for heading, flips in (("fixed (failed before, succeed now)", comparison.fixed),
                            ("broken (succeeded before, fail now)", comparison.broken),
-                           ("infrastructure errors, not compared", comparison.infrastructure_errors)):
+                           ("infrastructure errors and setup failures, not compared", comparison.left_out)):
         lines += ["", f"{heading}: {len(flips)}"]
         lines += [f"  {f.task_id} ({f.domain}): {f.baseline_outcome} -> {f.new_outcome}" for f in flips]
     if comparison.only_in_baseline:

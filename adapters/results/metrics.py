@@ -8,12 +8,14 @@ run really cost).
 Definitions (overall and per domain):
 
 * ``success``: tasks whose final outcome is success / all tasks, with a Wilson 95% interval.
-* ``success_excluding_infra``: the same with tasks whose final attempt was an infrastructure
-  error removed from numerator and denominator (they say nothing about the agent).
+* ``success_sound``: the headline rate: the same over the tasks whose environment was sound, i.e.
+  with tasks whose final attempt was an infrastructure error or a setup failure removed from
+  numerator and denominator (they say nothing about the agent; one definition for every report:
+  ``adapters/results/rates.py``). ``infrastructure_errors`` and ``setup_failures`` count them.
 * ``feasible`` / ``infeasible``: ``success`` over the feasible and the infeasible tasks apart
   (WAA scores an infeasible task 1 only when the agent's last action is FAIL).
-* ``avg_score``: mean evaluator score, fractional scores kept (infrastructure errors score 0
-  here, as in the run summary; ``avg_score_excluding_infra`` leaves them out).
+* ``avg_score``: mean evaluator score, fractional scores kept (infrastructure errors and setup
+  failures score 0 here, as in the run summary; ``avg_score_sound`` leaves them out).
 * ``steps``, ``time_seconds``, ``agent_seconds``, ``env_seconds``, ``input_tokens``,
   ``output_tokens``, ``cost_usd``: mean per task and total, over the final attempts that
   report the value.
@@ -43,15 +45,13 @@ from adapters.results.reference import (
     load_references,
     score_against_reference,
 )
+from adapters.results.rates import RunStatus, is_final, is_sound, sound_sql
 from adapters.results.source import UnknownRunError, results_connection
 from adapters.store.duckdb_store import ResultStore, wilson_interval
 
 References = Mapping[str, ReferenceTrajectory]
 """Reference trajectories by task id."""
 
-_INFRA = OutcomeKind.INFRASTRUCTURE_ERROR.value
-# Final outcomes after which the agent had no fair go at the task: left out of reference metrics.
-_NO_EPISODE = (OutcomeKind.INFRASTRUCTURE_ERROR.value, OutcomeKind.SETUP_FAILURE.value)
 ALL_DOMAINS = "ALL"
 
 
@@ -122,12 +122,13 @@ class DomainMetrics(BaseModel):
     attempts: int
     retried_tasks: int
     infrastructure_errors: int
+    setup_failures: int
     success: Rate
-    success_excluding_infra: Rate
+    success_sound: Rate
     feasible: Rate
     infeasible: Rate
     avg_score: float | None
-    avg_score_excluding_infra: float | None
+    avg_score_sound: float | None
     outcomes: dict[str, int]
     steps: Stat
     time_seconds: Stat
@@ -180,6 +181,16 @@ class RunMetrics(BaseModel):
     tasks: list[TaskMetrics]
     references_given: bool
 
+    def run_status(self) -> RunStatus:
+        """The run's status and its selected tasks still without a final result."""
+        selected = self.provenance.get("task_count")
+        return RunStatus(
+            run_id=self.run_id,
+            status=self.provenance.get("status"),
+            selected=selected if isinstance(selected, int) else None,
+            final=sum(is_final(t.outcome) for t in self.tasks),
+        )
+
 
 # --- database access ---------------------------------------------------------------------------
 
@@ -218,7 +229,7 @@ WITH attempts AS (
 ), final AS (
     SELECT coalesce(l.domain, '') AS dom, l.success, l.score, l.num_steps, l.total_time_seconds,
            l.agent_seconds, l.env_seconds, l.input_tokens, l.output_tokens, l.cost_usd,
-           coalesce(l.infeasible, false) AS inf, l.outcome = ? AS infra, a.*
+           coalesce(l.infeasible, false) AS inf, NOT {sound} AS unsound, a.*
     FROM latest_task_results l JOIN attempts a USING (task_id)
     WHERE l.run_id = ?
 )
@@ -227,13 +238,13 @@ SELECT grouping(dom) = 1 AS is_all, dom,
        coalesce(sum(attempts), 0) AS attempts,
        coalesce(count_if(attempts > 1), 0) AS retried_tasks,
        coalesce(count_if(success), 0) AS successes,
-       coalesce(count_if(infra), 0) AS infra,
+       coalesce(count_if(unsound), 0) AS unsound,
        coalesce(count_if(NOT inf), 0) AS feasible_total,
        coalesce(count_if(NOT inf AND success), 0) AS feasible_successes,
        coalesce(count_if(inf), 0) AS infeasible_total,
        coalesce(count_if(inf AND success), 0) AS infeasible_successes,
        avg(score) AS avg_score,
-       avg(score) FILTER (WHERE NOT infra) AS avg_score_excluding_infra,
+       avg(score) FILTER (WHERE NOT unsound) AS avg_score_sound,
        avg(num_steps) AS steps_mean, sum(num_steps) AS steps_total, count(num_steps) AS steps_n,
        avg(total_time_seconds) AS time_mean, sum(total_time_seconds) AS time_total,
        count(total_time_seconds) AS time_n,
@@ -248,7 +259,7 @@ SELECT grouping(dom) = 1 AS is_all, dom,
 FROM final
 GROUP BY GROUPING SETS ((dom), ())
 ORDER BY is_all, dom
-"""
+""".replace("{sound}", sound_sql("l.outcome"))
 
 _OUTCOME_SQL = """
 SELECT grouping(dom) = 1 AS is_all, dom, outcome, count(*) AS n
@@ -287,7 +298,7 @@ def _stat(row: Mapping[str, Any], prefix: str) -> Stat:
 
 def _domain_metrics(row: Mapping[str, Any], outcomes: dict[str, int]) -> DomainMetrics:
     """One DomainMetrics from one row of _DOMAIN_SQL."""
-    tasks, successes, infra = int(row["tasks"]), int(row["successes"]), int(row["infra"])
+    tasks, successes, unsound = int(row["tasks"]), int(row["successes"]), int(row["unsound"])
     per_outcome = {o.value: 0 for o in OutcomeKind}  # stable columns: every outcome, 0 if absent
     per_outcome.update(outcomes)
     return DomainMetrics(
@@ -295,13 +306,14 @@ def _domain_metrics(row: Mapping[str, Any], outcomes: dict[str, int]) -> DomainM
         tasks=tasks,
         attempts=int(row["attempts"]),
         retried_tasks=int(row["retried_tasks"]),
-        infrastructure_errors=infra,
+        infrastructure_errors=per_outcome[OutcomeKind.INFRASTRUCTURE_ERROR.value],
+        setup_failures=per_outcome[OutcomeKind.SETUP_FAILURE.value],
         success=Rate.of(successes, tasks),
-        success_excluding_infra=Rate.of(successes, tasks - infra),
+        success_sound=Rate.of(successes, tasks - unsound),
         feasible=Rate.of(int(row["feasible_successes"]), int(row["feasible_total"])),
         infeasible=Rate.of(int(row["infeasible_successes"]), int(row["infeasible_total"])),
         avg_score=_float(row["avg_score"]),
-        avg_score_excluding_infra=_float(row["avg_score_excluding_infra"]),
+        avg_score_sound=_float(row["avg_score_sound"]),
         outcomes=per_outcome,
         steps=_stat(row, "steps"),
         time_seconds=_stat(row, "time"),
@@ -359,7 +371,7 @@ def _reference_scores(
 ) -> dict[str, ReferenceScore]:
     """Scores of the final attempts that have a reference and had a fair go (see module doc)."""
     scored = {
-        t["task_id"] for t in tasks if t["task_id"] in references and t["outcome"] not in _NO_EPISODE
+        t["task_id"] for t in tasks if t["task_id"] in references and is_sound(t["outcome"])
     }
     steps: dict[str, list[AgentStep]] = {task_id: [] for task_id in scored}
     for row in query_store(store, _FINAL_STEPS_SQL, [run_id]):
@@ -400,7 +412,7 @@ def compute_run_metrics(store: ResultStore, run_id: str, references: References 
     where the denominator is empty.
     """
     provenance = run_row(store, run_id)
-    domain_rows = query_store(store, _DOMAIN_SQL, [run_id, _INFRA, run_id])
+    domain_rows = query_store(store, _DOMAIN_SQL, [run_id, run_id])
     outcomes: dict[str | None, dict[str, int]] = {}
     for row in query_store(store, _OUTCOME_SQL, [run_id]):
         key = None if row["is_all"] else row["dom"]

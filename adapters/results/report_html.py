@@ -317,7 +317,7 @@ def _domain_table(metrics: RunMetrics) -> str:
     with_reference = metrics.references_given
     head = (
         "<tr><th>domain</th><th class=num>tasks</th><th class=num>solved</th><th class=num>rate</th>"
-        "<th>95% CI</th><th class=num>excl. infra</th><th class=num>feasible</th><th class=num>infeasible</th>"
+        "<th>95% CI</th><th class=num>sound env.</th><th class=num>feasible</th><th class=num>infeasible</th>"
         "<th class=num>avg score</th><th class=num>infra errors</th><th class=num>attempts</th>"
         + ("<th class=num>step acc.</th><th class=num>grounding</th>" if with_reference else "")
         + "</tr>"
@@ -328,7 +328,7 @@ def _domain_table(metrics: RunMetrics) -> str:
             f"<td>{'<b>ALL</b>' if d is metrics.overall else esc(d.domain)}</td>",
             f"<td class=num>{d.tasks}</td>", f"<td class=num>{d.success.successes}</td>",
             f"<td class=num>{esc(pct(d.success.rate))}</td>", f"<td class=ci>{esc(ci(d.success))}</td>",
-            f"<td class=num>{esc(pct(d.success_excluding_infra.rate))}</td>",
+            f"<td class=num>{esc(pct(d.success_sound.rate))}</td>",
             f"<td class=num>{esc(fraction(d.feasible))}</td>",
             f"<td class=num>{esc(fraction(d.infeasible))}</td>",
             f"<td class=num>{esc(score_text(d.avg_score))}</td>",
@@ -363,20 +363,19 @@ def _effort_table(overall: DomainMetrics) -> str:
 
 def _summary_section(metrics: RunMetrics) -> str:
     overall = metrics.overall
-    selected = metrics.provenance.get("task_count")
-    missing = ""
-    if isinstance(selected, int) and selected > overall.tasks:
-        missing = f'<p class="banner">Missing: {selected - overall.tasks} of {selected} selected tasks have no result.</p>'
+    warning = metrics.run_status().warning()
+    missing = f'<p class="banner" id="incomplete">{esc(warning[0].upper() + warning[1:])}.</p>' if warning else ""
     cards = "".join(
         [
-            _rate_card("success rate", overall.success),
-            _rate_card("excluding infrastructure errors", overall.success_excluding_infra,
-                       f" · {overall.infrastructure_errors} infra errors"),
+            _rate_card("success rate (sound environment)", overall.success_sound,
+                       f" · left out: {overall.infrastructure_errors} infra errors, "
+                       f"{overall.setup_failures} setup failures"),
+            _rate_card("success rate (all tasks with a result)", overall.success),
             _rate_card("feasible tasks", overall.feasible),
             _rate_card("infeasible tasks", overall.infeasible),
             f'<div class="card"><div class="sub">average score</div><div class="big">'
-            f"{esc(score_text(overall.avg_score))}</div><div class=\"sub\">excl. infra "
-            f"{esc(score_text(overall.avg_score_excluding_infra))} · fractional scores kept</div></div>",
+            f"{esc(score_text(overall.avg_score))}</div><div class=\"sub\">sound env. "
+            f"{esc(score_text(overall.avg_score_sound))} · fractional scores kept</div></div>",
         ]
     )
     return (

@@ -176,7 +176,7 @@ def _provenance_lines(metrics: RunMetrics) -> list[str]:
 def _domain_table(metrics: RunMetrics) -> list[str]:
     with_reference = metrics.references_given
     header = (
-        f"{'domain':<20} {'tasks':>5} {'solved':>6} {'rate':>7} {'95% CI':>17} {'excl.infra':>10} "
+        f"{'domain':<20} {'tasks':>5} {'solved':>6} {'rate':>7} {'95% CI':>17} {'sound env':>10} "
         f"{'avg score':>9} {'infra':>5} {'attempts':>8}"
     )
     if with_reference:
@@ -189,7 +189,7 @@ def _domain_table(metrics: RunMetrics) -> list[str]:
             continue
         line = (
             f"{clean(d.domain, 20):<20} {d.tasks:>5} {d.success.successes:>6} {pct(d.success.rate):>7} "
-            f"{ci(d.success):>17} {pct(d.success_excluding_infra.rate):>10} {score_text(d.avg_score):>9} "
+            f"{ci(d.success):>17} {pct(d.success_sound.rate):>10} {score_text(d.avg_score):>9} "
             f"{d.infrastructure_errors:>5} {d.attempts:>8}"
         )
         if with_reference and d.reference is not None:
@@ -232,7 +232,7 @@ def _unsolved_lines(metrics: RunMetrics, limit: int = 100) -> list[str]:
 def format_text_report(metrics: RunMetrics) -> str:
     """The terminal report of already computed metrics."""
     overall = metrics.overall
-    selected = metrics.provenance.get("task_count")
+    status = metrics.run_status()
     lines = [f"WAA run report {clean(metrics.run_id)}  [{clean(environment_label(metrics.provenance))}]"]
     lines += _provenance_lines(metrics)
     lines.append("")
@@ -240,16 +240,17 @@ def format_text_report(metrics: RunMetrics) -> str:
         lines.append("no task results recorded for this run")
     lines += _domain_table(metrics)
     lines += [
-        f"success rate: {rate_text(overall.success)}",
-        f"success rate excluding infrastructure errors: {rate_text(overall.success_excluding_infra)} "
-        f"({overall.infrastructure_errors} infrastructure errors)",
+        f"run status: {clean(status.status or 'unknown')}"
+        + (f"   MISSING: {status.missing} of {status.selected} selected tasks have no final result"
+           if status.missing else ""),
+        f"success rate (sound environment): {rate_text(overall.success_sound)} "
+        f"(left out: {overall.infrastructure_errors} infrastructure errors, {overall.setup_failures} setup failures)",
+        f"success rate (all tasks with a result): {rate_text(overall.success)}",
         f"feasible tasks: {rate_text(overall.feasible)}   infeasible tasks: {rate_text(overall.infeasible)}",
         f"average score: {score_text(overall.avg_score)} "
-        f"(excluding infrastructure errors: {score_text(overall.avg_score_excluding_infra)})",
+        f"(sound environment: {score_text(overall.avg_score_sound)})",
         f"outcomes: {outcome_counts(overall)}",
     ]
-    if isinstance(selected, int) and selected > overall.tasks:
-        lines.append(f"MISSING: {selected - overall.tasks} of {selected} selected tasks have no result")
     lines += _effort_lines(overall)
     lines.append(reference_line(metrics))
     lines.append("")

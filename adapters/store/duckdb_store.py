@@ -114,6 +114,7 @@ import duckdb
 from pydantic import BaseModel, Field
 
 from adapters.benchmark import BenchmarkResult, ModelUsage, OutcomeKind
+from adapters.results.rates import rate, sound_sql
 
 SCHEMA_VERSION = 4
 
@@ -362,14 +363,17 @@ class DomainSummary(BaseModel):
     total: int
     successes: int
     success_rate: float | None
-    success_rate_excluding_infra: float | None
+    # Over the tasks whose environment was sound (adapters/results/rates.py).
+    success_rate_sound: float | None
     avg_score: float | None
 
 
 class RunSummary(BaseModel):
     """Headline numbers of a run, counting only the last attempt of each task.
 
-    Rates are None when their denominator is 0. `*_ci95` are Wilson 95% intervals.
+    Rates are None when their denominator is 0. `*_ci95` are Wilson 95% intervals. The headline
+    rate, `success_rate_sound`, leaves infrastructure errors and setup failures out of its
+    denominator (adapters/results/rates.py); `success_rate` is over every task with a result.
     """
 
     run_id: str
@@ -378,8 +382,9 @@ class RunSummary(BaseModel):
     success_rate: float | None
     success_rate_ci95: tuple[float, float] | None
     infrastructure_errors: int
-    success_rate_excluding_infra: float | None
-    success_rate_excluding_infra_ci95: tuple[float, float] | None
+    setup_failures: int
+    success_rate_sound: float | None
+    success_rate_sound_ci95: tuple[float, float] | None
     avg_score: float | None
     feasible_total: int
     feasible_successes: int
@@ -389,10 +394,6 @@ class RunSummary(BaseModel):
     infeasible_success_rate: float | None
     per_outcome: dict[str, int]
     per_domain: list[DomainSummary]
-
-
-def _rate(successes: int, total: int) -> float | None:
-    return successes / total if total else None
 
 
 def wilson_interval(successes: int, total: int, z: float = 1.959964) -> tuple[float, float] | None:
@@ -752,10 +753,10 @@ class ResultStore:
             self._require_run(conn, run_id)
             # count_if over zero rows is NULL in DuckDB, hence the coalesce(..., 0).
             totals = conn.execute(
-                """
+                f"""
                 SELECT count(*),
                        coalesce(count_if(success), 0),
-                       coalesce(count_if(outcome = ?), 0),
+                       coalesce(count_if(NOT {sound_sql()}), 0),
                        avg(score),
                        coalesce(count_if(NOT coalesce(infeasible, false)), 0),
                        coalesce(count_if(NOT coalesce(infeasible, false) AND success), 0),
@@ -763,22 +764,22 @@ class ResultStore:
                        coalesce(count_if(coalesce(infeasible, false) AND success), 0)
                 FROM latest_task_results WHERE run_id = ?
                 """,
-                [_INFRA, run_id],
+                [run_id],
             ).fetchone()
             outcome_rows = conn.execute(
                 "SELECT outcome, count(*) FROM latest_task_results WHERE run_id = ? GROUP BY outcome",
                 [run_id],
             ).fetchall()
             domain_rows = conn.execute(
-                """
+                f"""
                 SELECT domain, count(*), coalesce(count_if(success), 0),
-                       coalesce(count_if(outcome = ?), 0), avg(score)
+                       coalesce(count_if(NOT {sound_sql()}), 0), avg(score)
                 FROM latest_task_results WHERE run_id = ?
                 GROUP BY domain ORDER BY domain
                 """,
-                [_INFRA, run_id],
+                [run_id],
             ).fetchall()
-        total, successes, infra, avg_score, f_total, f_succ, i_total, i_succ = totals
+        total, successes, unsound, avg_score, f_total, f_succ, i_total, i_succ = totals
         # Every known outcome is present (0 when absent) so reports have stable columns.
         per_outcome = {o.value: 0 for o in OutcomeKind}
         per_outcome.update({outcome: int(n) for outcome, n in outcome_rows})
@@ -787,28 +788,29 @@ class ResultStore:
                 domain=domain or "",
                 total=int(d_total),
                 successes=int(d_succ),
-                success_rate=_rate(d_succ, d_total),
-                success_rate_excluding_infra=_rate(d_succ, d_total - d_infra),
+                success_rate=rate(d_succ, d_total),
+                success_rate_sound=rate(d_succ, d_total - d_unsound),
                 avg_score=None if d_avg is None else float(d_avg),
             )
-            for domain, d_total, d_succ, d_infra, d_avg in domain_rows
+            for domain, d_total, d_succ, d_unsound, d_avg in domain_rows
         ]
         return RunSummary(
             run_id=run_id,
             total=int(total),
             successes=int(successes),
-            success_rate=_rate(successes, total),
+            success_rate=rate(successes, total),
             success_rate_ci95=wilson_interval(successes, total),
-            infrastructure_errors=int(infra),
-            success_rate_excluding_infra=_rate(successes, total - infra),
-            success_rate_excluding_infra_ci95=wilson_interval(successes, total - infra),
+            infrastructure_errors=per_outcome[OutcomeKind.INFRASTRUCTURE_ERROR.value],
+            setup_failures=per_outcome[OutcomeKind.SETUP_FAILURE.value],
+            success_rate_sound=rate(successes, total - unsound),
+            success_rate_sound_ci95=wilson_interval(successes, total - unsound),
             avg_score=None if avg_score is None else float(avg_score),
             feasible_total=int(f_total),
             feasible_successes=int(f_succ),
-            feasible_success_rate=_rate(f_succ, f_total),
+            feasible_success_rate=rate(f_succ, f_total),
             infeasible_total=int(i_total),
             infeasible_successes=int(i_succ),
-            infeasible_success_rate=_rate(i_succ, i_total),
+            infeasible_success_rate=rate(i_succ, i_total),
             per_outcome=per_outcome,
             per_domain=per_domain,
         )

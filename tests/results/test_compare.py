@@ -56,7 +56,7 @@ def test_comparison_counts_flips_and_keeps_infrastructure_errors_apart() -> None
     c = compare_runs(base, new, "base", "new")
     assert [f.task_id for f in c.fixed] == ["n2"] and [f.task_id for f in c.broken] == ["s1"]
     assert (c.broken[0].baseline_outcome, c.broken[0].new_outcome) == (S, TIMEOUT)
-    assert [(f.task_id, f.baseline_outcome, f.new_outcome) for f in c.infrastructure_errors] == [
+    assert [(f.task_id, f.baseline_outcome, f.new_outcome) for f in c.left_out] == [
         ("n3", S, INFRA),
         ("s2", INFRA, S),
     ]
@@ -70,7 +70,7 @@ def test_comparison_counts_flips_and_keeps_infrastructure_errors_apart() -> None
     notepad = rows["notepad"]
     # Each run's rate counts all its tasks, infrastructure errors included, with Wilson intervals.
     assert (notepad.baseline_successes, notepad.baseline_total, notepad.new_successes, notepad.new_total) == (2, 3, 2, 3)
-    assert notepad.baseline_ci95 == wilson_interval(2, 3) and notepad.new_infrastructure_errors == 1
+    assert notepad.baseline_ci95 == wilson_interval(2, 3) and notepad.new_left_out == 1
     # The delta is paired over n1 and n2 only (n3 had an infrastructure error): +1 of 2.
     assert notepad.paired_tasks == 2 and notepad.delta_method == "paired" and notepad.delta == 0.5
     assert notepad.delta_ci95 == paired_difference_interval(1, 1, 0, 0)
@@ -122,7 +122,7 @@ def test_rows_with_every_attempt_use_the_last_one() -> None:
     base = [_row("t", "d", INFRA, attempt=1), _row("t", "d", S, attempt=2)]
     new = [_row("t", "d", S, attempt=2), _row("t", "d", INFRA, attempt=1), _row("u", "d", F, attempt=1)]
     c = compare_runs(base, new, "a", "b")
-    assert c.infrastructure_errors == [] and c.test.both_succeeded == 1 and c.only_in_new == ["u"]
+    assert c.left_out == [] and c.test.both_succeeded == 1 and c.only_in_new == ["u"]
 
 
 @pytest.mark.parametrize(
@@ -158,14 +158,14 @@ def test_markdown_and_text_show_intervals_p_value_and_verdict() -> None:
         "| paired, 5 tasks: 5 -> 0 solved | [56.6%, 100.0%] | [0.0%, 43.4%] |" in md
     )
     assert "## Broken (succeeded before, fail now): 6" in md and "- `t5` (settings): success -> agent_failure" in md
-    assert "## Infrastructure errors, not compared: 1" in md and "`x` (settings): infrastructure_error -> success" in md
+    assert "## Infrastructure errors and setup failures, not compared: 1" in md and "`x` (settings): infrastructure_error -> success" in md
 
     text = render_comparison_text(c)
     assert "Run comparison: new 'ckpt-7' vs baseline 'nightly-1'" in text
     assert "Verdict: regressed" in text and "p = 0.031" in text
     notepad_line = next(line for line in text.splitlines() if line.startswith("notepad"))
     assert "100.0% (5/5)" in notepad_line and "[56.6%, 100.0%]" in notepad_line and "-100.0 pts" in notepad_line
-    assert "infrastructure errors, not compared: 1" in text and "  x (settings): infrastructure_error -> success" in text
+    assert "infrastructure errors and setup failures, not compared: 1" in text and "  x (settings): infrastructure_error -> success" in text
 
 
 def test_insufficient_data_is_explained_in_reports() -> None:
@@ -211,7 +211,7 @@ def compare_store(tmp_path: Path) -> Iterator[ResultStore]:
 def test_compare_stored_runs_from_store_and_from_path(compare_store: ResultStore) -> None:
     from_store = compare_stored_runs(compare_store, "base", "new")
     assert [f.task_id for f in from_store.fixed] == ["b"] and [f.task_id for f in from_store.broken] == ["c"]
-    assert [f.task_id for f in from_store.infrastructure_errors] == ["e"]
+    assert [f.task_id for f in from_store.left_out] == ["e"]
     assert from_store.test.paired_tasks == 4 and from_store.test.both_succeeded == 1
     assert from_store.overall.new_total == 5 and from_store.overall.new_successes == 2
     # The file's path gives the same comparison (read-only, beside the open store).

@@ -47,7 +47,7 @@ def test_scripted_run_metrics(bundled_run_db: BundledRuns, bundled_run_store: Re
     overall = metrics.overall
     assert overall.domain == ALL_DOMAINS
     assert overall.success == Rate(successes=16, total=16, rate=1.0, ci95=wilson_interval(16, 16))
-    assert overall.success_excluding_infra == overall.success
+    assert overall.success_sound == overall.success
     assert (overall.feasible.total, overall.infeasible.total) == (14, 2)
     assert overall.feasible.rate == overall.infeasible.rate == 1.0
     assert overall.avg_score == 1.0
@@ -73,7 +73,8 @@ def test_metrics_agree_with_the_store_summary(bundled_run_db: BundledRuns, bundl
         overall = metrics.overall
         assert (overall.tasks, overall.success.successes) == (summary.total, summary.successes)
         assert overall.success.ci95 == summary.success_rate_ci95
-        assert overall.success_excluding_infra.ci95 == summary.success_rate_excluding_infra_ci95
+        assert overall.success_sound.ci95 == summary.success_rate_sound_ci95
+        assert overall.success_sound.rate == summary.success_rate_sound
         assert (overall.feasible.successes, overall.infeasible.successes) == (
             summary.feasible_successes, summary.infeasible_successes)
         assert overall.avg_score == pytest.approx(summary.avg_score)
@@ -125,10 +126,11 @@ def test_fractional_scores_infeasible_and_retries(metrics_edge_runs: EdgeRuns, m
     # Final attempts: frac (0.5), inf (1, success), retried (1, success on attempt 2), infra, setup.
     assert overall.tasks == 5
     assert overall.success == Rate.of(2, 5)
-    assert overall.infrastructure_errors == 1
-    assert overall.success_excluding_infra == Rate.of(2, 4)
+    assert (overall.infrastructure_errors, overall.setup_failures) == (1, 1)
+    # The headline rate leaves out the infrastructure error and the setup failure.
+    assert overall.success_sound == Rate.of(2, 3)
     assert overall.avg_score == pytest.approx((0.5 + 1 + 1 + 0 + 0) / 5)
-    assert overall.avg_score_excluding_infra == pytest.approx((0.5 + 1 + 1 + 0) / 4)
+    assert overall.avg_score_sound == pytest.approx((0.5 + 1 + 1) / 3)
     assert overall.feasible == Rate.of(1, 4) and overall.infeasible == Rate.of(1, 1)
     assert (overall.attempts, overall.retries, overall.retried_tasks) == (7, 2, 2)
     assert overall.outcomes["infrastructure_error"] == 1 and overall.outcomes["setup_failure"] == 1
@@ -138,7 +140,11 @@ def test_fractional_scores_infeasible_and_retries(metrics_edge_runs: EdgeRuns, m
     assert overall.spent.vm_seconds == pytest.approx(34.0)
     assert overall.input_tokens.total == 2000 and overall.cost_usd.total == pytest.approx(0.02)
     settings = next(d for d in metrics.per_domain if d.domain == "settings")
-    assert settings.success == Rate.of(1, 3) and settings.success_excluding_infra == Rate.of(1, 2)
+    assert settings.success == Rate.of(1, 3) and settings.success_sound == Rate.of(1, 1)
+    # 6 tasks selected, 4 with a final result (infra-task is still an infrastructure error).
+    status = metrics.run_status()
+    assert (status.selected, status.final, status.missing) == (6, 4, 2)
+    assert status.warning() == "run edge-mixed is completed: 2 of 6 selected tasks have no final result"
     retried = next(t for t in metrics.tasks if t.task_id == "retried-task")
     assert (retried.attempt, retried.attempts, retried.outcome) == (2, 2, "success")
 
@@ -146,8 +152,8 @@ def test_fractional_scores_infeasible_and_retries(metrics_edge_runs: EdgeRuns, m
 def test_all_infrastructure_errors_have_no_rate_excluding_them(metrics_edge_runs: EdgeRuns, metrics_edge_store: ResultStore) -> None:
     overall = compute_run_metrics(metrics_edge_store, metrics_edge_runs.all_infra).overall
     assert overall.success == Rate.of(0, 2) and overall.success.ci95 == wilson_interval(0, 2)
-    assert overall.success_excluding_infra == Rate(successes=0, total=0, rate=None, ci95=None)
-    assert overall.avg_score_excluding_infra is None
+    assert overall.success_sound == Rate(successes=0, total=0, rate=None, ci95=None)
+    assert overall.avg_score_sound is None
 
 
 def test_empty_run(metrics_edge_runs: EdgeRuns, metrics_edge_store: ResultStore) -> None:
