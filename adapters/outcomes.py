@@ -30,9 +30,11 @@ R5  A tree the agent made unreadable degrades, it does not drop. WAA's `/accessi
     scored as usual; otherwise the unreadable tree is R1.
 R6  Setup: a server-side error (connection, 5xx) on a setup step is infrastructure (R1). A
     problem of the task's own data is `setup_failure` naming the step and carrying the server's
-    message: a file to open that does not exist (404), a window that never appears, a program the
-    VM does not have (`[WinError 2]`, or a launch that starts no new process or window: WAA's
-    `/setup/launch` answers 200 for anything), a parameter the server does not support.
+    message: a file to open that does not exist (404), an upload into a folder that does not
+    exist (`[Errno 2]`), a window that never appears, a program the VM does not have (`[WinError
+    2]`, or a launch that starts no new process or window: WAA's `/setup/launch` answers 200 for
+    anything), a parameter the server does not support, a download URL the file host refuses
+    (4xx). A download the host's network or the file host failed (5xx) is infrastructure.
 R7  Deadlines: one deadline per observation call covers its retries (the accessibility tree's
     300 s is the total, not per try). An episode blocked in the environment past its hard limit
     is infrastructure (the server did not answer); an episode whose own soft limit passes between
@@ -53,6 +55,8 @@ from __future__ import annotations
 
 import enum
 import re
+
+import requests
 
 from adapters.benchmark import OutcomeKind
 from adapters.waa.errors import WAAConnectionError, WAAError, WAAHTTPError
@@ -89,8 +93,10 @@ _FAILSAFE_MARKERS = ("fail-safe", "failsafe")
 _COMPUTER_UNSET = re.compile(r"'NoneType' object has no attribute")
 # R5: lxml's refusal to serialize a control character.
 _XML_INCOMPATIBLE = "XML compatible"
-# R6: Windows' "file not found" / "path not found" from subprocess or os calls on the VM.
-_MISSING_ON_VM = re.compile(r"\[WinError (2|3)\]|cannot find the (file|path) specified", re.IGNORECASE)
+# R6: Windows' "file not found" / "path not found" from subprocess, os or file.save on the VM.
+_MISSING_ON_VM = re.compile(
+    r"\[WinError (2|3)\]|\[Errno 2\]|cannot find the (file|path) specified|No such file or directory", re.IGNORECASE
+)
 _UNSUPPORTED_PARAMETER = re.compile(r"not supported", re.IGNORECASE)
 # XML 1.0 allows \t \n \r among the C0 controls; lxml refuses the rest (and NUL).
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
@@ -143,6 +149,17 @@ def classify_setup_error(error: WAAError) -> Fault:
     if _MISSING_ON_VM.search(error.message) or _UNSUPPORTED_PARAMETER.search(error.message):
         return Fault.TASK_DATA
     return Fault.ENVIRONMENT
+
+
+def classify_download_error(error: requests.RequestException) -> Fault:
+    """A host-side download for a setup step (R6): the network or a failing file host is
+    infrastructure; a URL the host refuses (4xx) is the task's data."""
+    if isinstance(error, (requests.ConnectionError, requests.Timeout)):
+        return Fault.ENVIRONMENT
+    response = getattr(error, "response", None)
+    if response is not None and response.status_code >= 500:
+        return Fault.ENVIRONMENT
+    return Fault.TASK_DATA
 
 
 def evaluation_outcome(kind: str, score: float) -> OutcomeKind:

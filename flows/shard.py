@@ -370,6 +370,7 @@ def shard_config(
     if config.provider == "existing":
         # Every shard gets servers of its own (the validator ensures one per shard at least).
         update["waa_urls"] = config.waa_urls[shard - 1 :: shards]
+        update["pool_size"] = min(config.pool_size, len(update["waa_urls"]))  # the rest are spares
     return SuiteRunConfig.model_validate({**config.model_dump(), **update})
 
 

@@ -60,5 +60,5 @@ class RunStatus(BaseModel):
         """One line when the run is not complete, else None."""
         if self.status == "completed" and self.missing == 0:
             return None
-        of = f"{self.missing} of {self.selected}" if self.selected is not None else f"{self.missing}"
-        return f"run {self.run_id} is {self.status or 'of unknown status'}: {of} selected tasks have no final result"
+        detail = f": {self.missing} of {self.selected} selected tasks have no final result" if self.selected else ""
+        return f"run {self.run_id} is {self.status or 'of unknown status'}{detail}"

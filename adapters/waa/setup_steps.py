@@ -25,7 +25,7 @@ from typing import Any
 
 import requests
 
-from adapters.outcomes import EnvironmentFault, Fault, classify_setup_error
+from adapters.outcomes import EnvironmentFault, Fault, classify_download_error, classify_setup_error
 from adapters.waa.browser_setup import BrowserSetupError, DevToolsClient, close_tabs, open_tabs, update_browse_history
 from adapters.waa.client import ExecuteResult, WAAClient
 from adapters.waa.errors import WAAConnectionError, WAAError
@@ -164,17 +164,13 @@ class SetupRunner:
                 if classify_setup_error(exc) is Fault.ENVIRONMENT:
                     raise EnvironmentFault(f"setup step {index} ({step_type})", exc.endpoint, exc.message) from exc
                 raise SetupStepError(index, step_type, str(exc)) from exc
-            except requests.HTTPError as exc:
-                status = exc.response.status_code if exc.response is not None else 0
-                if status >= 500:  # the file host failed, not the task's data
-                    raise EnvironmentFault(f"setup step {index} ({step_type})", str(exc.request.url if exc.request else ""), str(exc)) from exc
+            except requests.RequestException as exc:
+                if classify_download_error(exc) is Fault.ENVIRONMENT:
+                    raise EnvironmentFault(f"setup step {index} ({step_type})", "host download", str(exc)) from exc
                 raise SetupStepError(index, step_type, str(exc)) from exc
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                # The host could not reach a download URL: network trouble, not the task's data.
-                raise EnvironmentFault(f"setup step {index} ({step_type})", "download", str(exc)) from exc
             except TypeError as exc:
                 raise SetupStepError(index, step_type, f"bad parameters {sorted(parameters)}: {exc}") from exc
-            except (BrowserSetupError, ValueError, OSError, requests.RequestException) as exc:
+            except (BrowserSetupError, ValueError, OSError) as exc:
                 raise SetupStepError(index, step_type, str(exc)) from exc
 
     # -- step handlers: keyword names are WAA's parameter names --------------------------------

@@ -193,11 +193,12 @@ def test_compare_audios_identical_is_one(audio_files):
 
 def test_compare_audios_different_scores(audio_files):
     different = METRICS["compare_audios"](audio_files["a"], audio_files["b"])
-    assert different == pytest.approx(REFERENCE["audio_a_b"], rel=1e-9)
+    # 1e-6: the MFCC/DTW pipeline's last digits move with the BLAS kernel in use (seen: 8e-9).
+    assert different == pytest.approx(REFERENCE["audio_a_b"], rel=1e-6)
     assert different == METRICS["compare_audios"](audio_files["b"], audio_files["a"])
     resampled = METRICS["compare_audios"](audio_files["a"], audio_files["a_stereo_44k"])
     pytest.importorskip("soxr")
-    assert resampled == pytest.approx(REFERENCE["audio_a_a44"], rel=1e-9)
+    assert resampled == pytest.approx(REFERENCE["audio_a_a44"], rel=1e-6)
     assert different < resampled < 1.0
 
 

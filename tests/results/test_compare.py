@@ -219,6 +219,21 @@ def test_compare_stored_runs_from_store_and_from_path(compare_store: ResultStore
     assert [r["attempt"] for r in final_attempts(compare_store, "new") if r["task_id"] == "a"] == [2]
 
 
+def test_an_incomplete_run_is_named_in_the_comparison(compare_store: ResultStore) -> None:
+    compare_store.finish_run("base", "completed")
+    compare_store.finish_run("new", "incomplete")
+    c = compare_stored_runs(compare_store, "base", "new")
+    # The runs were started without a task count: "new" has 4 final results (e is still an
+    # infrastructure error), "base" 5.
+    assert c.new_status is not None and (c.new_status.status, c.new_status.final) == ("incomplete", 4)
+    assert c.warnings() == ["run new is incomplete"]
+    assert "WARNING: run new is incomplete" in render_comparison_text(c)
+    assert "**Warning: run new is incomplete" in comparison_markdown(c, "t")
+    # A setup failure is left out of the comparison like an infrastructure error.
+    compare_store.record_result("new", _result("d", "settings", OutcomeKind.SETUP_FAILURE, attempt=2))
+    assert sorted(f.task_id for f in compare_stored_runs(compare_store, "base", "new").left_out) == ["d", "e"]
+
+
 def test_unknown_runs_are_named(compare_store: ResultStore) -> None:
     with pytest.raises(UnknownRunError) as info:
         compare_stored_runs(compare_store, "base", "nightly-typo")

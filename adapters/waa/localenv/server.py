@@ -366,8 +366,14 @@ def create_app(env: SimEnvironment) -> Flask:
     def setup_upload():
         if "file_path" in request.form and "file_data" in request.files:
             data = request.files["file_data"].read()
+            path = request.form["file_path"]
             with lock:
-                env.fs.write_bytes(request.form["file_path"], data)
+                try:
+                    env.fs.write_bytes(path, data)
+                except (FileNotFoundError, PathError):
+                    # What the real server's file.save raises on Windows for a folder that does
+                    # not exist (a Linux path included: it names a folder missing from C:\).
+                    raise FileNotFoundError(f"[Errno 2] No such file or directory: {path!r}") from None
             return "File Uploaded"
         return jsonify({"error": "file_path and file_data are required"}), 400
 
