@@ -37,7 +37,9 @@ def main() -> None:
     import duckdb
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.evaluate_suite import SuiteRunConfig, run_suite
+    from flows.evaluate_suite import run_suite
+
+    from flows.run_config import SuiteRunConfig
 
     with tempfile.TemporaryDirectory() as tmp, prefect_test_harness(server_startup_timeout=90):
         # The Prefect test server must still be up when its task runs are read back.

@@ -120,7 +120,9 @@ def run_pool(suite: Path, tmp: Path, index: int, pool: int, latency: float, fres
     import duckdb
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.evaluate_suite import SuiteRunConfig, run_suite
+    from flows.evaluate_suite import run_suite
+
+    from flows.run_config import SuiteRunConfig
 
     run_id = f"scaling-{index}-p{pool}"  # unique: the same pool size may be measured twice
     db = tmp / (f"{run_id}.duckdb" if fresh_db else "scaling.duckdb")

@@ -38,7 +38,8 @@ from prefect.events import DeploymentEventTrigger
 from prefect.schedules import Cron
 
 from flows.baselines import DEFAULT_BASELINE, DEFAULT_BASELINES_FILE, evaluate_model_update, nightly_baselines
-from flows.evaluate_suite import SuiteRunConfig, evaluate_suite
+from flows.evaluate_suite import evaluate_suite
+from flows.run_config import SuiteRunConfig
 from flows.notify import MODEL_UPDATED
 
 DEFAULT_CRON = "0 2 * * *"

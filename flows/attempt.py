@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from adapters.benchmark import BenchmarkAgent, BenchmarkResult, BenchmarkTask, ModelUsage, OutcomeKind, StepRecord
 from adapters.episode import EpisodeLimits, EpisodeOutcome
@@ -55,6 +55,7 @@ from tasks.setup import setup_task
 
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 STAGES: tuple[str, ...] = ("reset", "setup", "episode", "evaluate")
 # Hard wall-clock limits per stage, in seconds. Real VMs: a snapshot reset or a slow setup step
@@ -76,21 +77,22 @@ class StageTimeout(Exception):
         self.limit = limit
 
 
-def run_with_deadline(stage: str, limit: float | None, fn: Callable[..., T], *args: Any) -> T:
-    """Call fn(*args) in a daemon worker thread; raise StageTimeout if it has not returned in time.
+def run_with_deadline(stage: str, limit: float | None, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Call fn(*args, **kwargs) in a daemon worker thread; raise StageTimeout if it has not
+    returned in time.
 
     The thread runs in a copy of the caller's context, so Prefect sees a stage task called inside
     the current flow/task run as its child. On a timeout the thread keeps running, abandoned.
     """
     if limit is None:
-        return fn(*args)
+        return fn(*args, **kwargs)
     context = contextvars.copy_context()
     box: dict[str, Any] = {}
     done = threading.Event()
 
     def target() -> None:
         try:
-            box["value"] = context.run(fn, *args)
+            box["value"] = context.run(fn, *args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller below
             box["error"] = exc
         finally:
@@ -189,10 +191,10 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
             data.update(agent_details=agent)
         return BenchmarkResult.model_validate(data)
 
-    def timed(stage: str, fn: Callable[..., T], *args: Any) -> T:
+    def timed(stage: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         t0 = time.monotonic()
         try:
-            return run_with_deadline(stage, ctx.stage_limit(stage), fn, *args)
+            return run_with_deadline(stage, ctx.stage_limit(stage), fn, *args, **kwargs)
         finally:
             timings[stage] = time.monotonic() - t0
 

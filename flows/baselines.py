@@ -23,7 +23,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import duckdb
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -35,9 +34,11 @@ from adapters.results.compare import (
     comparison_markdown,
     final_attempts,
 )
+from adapters.results.source import latest_completed_run as stored_latest_completed_run
 from adapters.vms.base import ResetLevel
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
-from flows.evaluate_suite import SuiteRunConfig, run_suite
+from flows.evaluate_suite import run_suite
+from flows.run_config import SuiteRunConfig
 
 BASELINES_FILE_VERSION = 1
 DEFAULT_BASELINES_FILE = "deployments/baselines.toml"
@@ -65,7 +66,7 @@ class Baseline(BaseModel):
     domains: list[str] | None = None
     task_ids: list[str] | None = None
     pool_size: int = Field(default=4, ge=1, le=64)
-    provider: Literal["local", "existing", "aws", "azure"] = "local"
+    provider: str = "local"  # a name in adapters/vms/registry.py PROVIDERS (checked by SuiteRunConfig)
     reset_level: ResetLevel = ResetLevel.SNAPSHOT
     cloud_config: Path | None = None
     waa_urls: list[str] = Field(default_factory=list)
@@ -243,10 +244,6 @@ def slug(text: str) -> str:
 # adapters/results/compare.py; this module only picks the runs to compare.
 
 
-def _connect(db_path: Path) -> duckdb.DuckDBPyConnection:
-    return duckdb.connect(str(Path(db_path).expanduser().resolve()), read_only=True)
-
-
 def latest_completed_run(db_path: Path, config: SuiteRunConfig, exclude_run_id: str | None = None) -> str | None:
     """The most recently finished completed run of the same agent, model, suite (content hash)
     and provider as `config`, or None (also when the DuckDB file does not exist yet)."""
@@ -255,17 +252,10 @@ def latest_completed_run(db_path: Path, config: SuiteRunConfig, exclude_run_id: 
         return None
     model = build_agent(config.agent, config.resolved_agent_options()).config().get("model")
     suite_hash = WAATaskCatalog(config.suite_dir, difficulty=config.difficulty).content_hash()
-    with _connect(path) as con:
-        row = con.execute(
-            """
-            SELECT run_id FROM runs
-            WHERE status = 'completed' AND agent = ? AND model_id IS NOT DISTINCT FROM ?
-              AND suite_hash = ? AND provider = ? AND run_id <> ?
-            ORDER BY finished_at DESC NULLS LAST LIMIT 1
-            """,
-            [config.agent, model, suite_hash, config.provider, exclude_run_id or ""],
-        ).fetchone()
-    return row[0] if row else None
+    return stored_latest_completed_run(
+        path, agent=config.agent, model=model, suite_hash=suite_hash, provider=config.provider,
+        exclude_run_id=exclude_run_id or "",
+    )
 
 
 # --- flows -----------------------------------------------------------------------------------

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
-
 from adapters.benchmark import BenchmarkResult
 from adapters.store.duckdb_store import ResultStore
 from adapters.vms.pool import VMPool
-
-if TYPE_CHECKING:
-    from flows.evaluate_suite import SuiteRunConfig
+from flows.run_config import SuiteRunConfig
 
 
 class RunBudget:
@@ -21,7 +17,7 @@ class RunBudget:
     reading would differ.
     """
 
-    def __init__(self, config: "SuiteRunConfig", *, prior_cost_usd: float = 0.0, prior_tokens: int = 0) -> None:
+    def __init__(self, config: SuiteRunConfig, *, prior_cost_usd: float = 0.0, prior_tokens: int = 0) -> None:
         self.config = config
         self.started = time.monotonic()
         self.model_cost_usd = prior_cost_usd
@@ -31,7 +27,7 @@ class RunBudget:
         self._lock = threading.Lock()
 
     @classmethod
-    def for_run(cls, config: "SuiteRunConfig", store: ResultStore, run_id: str) -> RunBudget:
+    def for_run(cls, config: SuiteRunConfig, store: ResultStore, run_id: str) -> RunBudget:
         """A budget that counts the cost and tokens of the run's attempts already stored."""
         cost, tokens = 0.0, 0
         for row in store.results(run_id):

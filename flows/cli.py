@@ -35,7 +35,8 @@ RUN_EXIT_CODES: dict[str, int] = {"completed": 0, "failed": EXIT_FAILED, "incomp
 
 def _run(args: argparse.Namespace) -> int:
     from adapters.agents import AgentOptions, build_agent
-    from flows.evaluate_suite import SuiteRunConfig, run_suite
+    from flows.evaluate_suite import run_suite
+    from flows.run_config import SuiteRunConfig
 
     agent_options = AgentOptions(
         **{k: v for k, v in {
@@ -162,13 +163,12 @@ def _run_id(db: Path, run: str) -> str:
     """`run`, or the most recently started run's id when `run` is "latest"."""
     if run != "latest":
         return run
-    from adapters.results.source import results_connection
+    from adapters.results.source import latest_run
 
-    with results_connection(db) as conn:
-        row = conn.execute("SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 1").fetchone()
-    if row is None:
+    found = latest_run(db)
+    if found is None:
         raise ValueError(f"{db}: no runs recorded yet")
-    return str(row[0])
+    return found
 
 
 def _default_report_path(db: Path, run_id: str) -> Path:
@@ -226,6 +226,7 @@ def _janitor(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from adapters.agents import AGENT_NAMES
+    from adapters.vms.registry import PROVIDER_NAMES
 
     parser = argparse.ArgumentParser(prog="arena", description="Windows Agent Arena evaluations with Prefect and DuckDB")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -264,7 +265,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--artifacts", type=Path, help="screenshot directory (default results/artifacts)")
     run.add_argument("--run-id", help="resume or name a run")
     run.add_argument("--quirks", action="store_true", help="local VMs reproduce a real WAA server's quirks")
-    run.add_argument("--provider", choices=["local", "aws", "azure"], help="where the VMs come from (default local)")
+    run.add_argument(
+        "--provider",
+        choices=[name for name in PROVIDER_NAMES if name != "existing"],  # existing servers: --waa-url
+        help="where the VMs come from (default local)",
+    )
     run.add_argument("--max-wall-seconds", type=float, help="budget: start no new task after this long")
     run.add_argument("--max-cost", type=float, help="budget in USD: model cost plus VM-hours x --vm-hour-price")
     run.add_argument("--max-tokens", type=int, help="budget: model tokens")

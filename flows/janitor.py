@@ -11,7 +11,8 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 
 from adapters.vms.janitor import JanitorReport
-from adapters.vms.settings import build_cloud_provider, load_cloud_settings
+from adapters.vms.registry import ProviderSettings, build_provider
+from adapters.vms.settings import load_cloud_settings
 from tasks.janitor import sweep_provider
 
 
@@ -25,7 +26,8 @@ def janitor(providers: list[str] | None = None, cloud_config: Path | None = None
         logger.warning("no cloud provider is configured: nothing to sweep")
     summaries = []
     for name in names:
-        report: JanitorReport = sweep_provider(build_cloud_provider(name, settings, run_id="janitor"), dry_run)
+        provider = build_provider(name, ProviderSettings(run_id="janitor", cloud_config=cloud_config))
+        report: JanitorReport = sweep_provider(provider, dry_run)
         for resource, error in report.failed:
             logger.error("could not delete %s %s: %s", resource.kind, resource.resource_id, error)
         verb = "would delete" if dry_run else "deleted"

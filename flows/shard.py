@@ -60,20 +60,14 @@ from adapters.agents import build_agent
 from adapters.benchmark import BenchmarkResult, BenchmarkTask
 from adapters.store.duckdb_store import ResultStore
 from adapters.vms.janitor import sweep_run
-from adapters.vms.settings import build_cloud_provider, load_cloud_settings
+from adapters.vms.registry import build_provider
 from adapters.waa.catalog import WAATaskCatalog
 from flows.budget import RunBudget
-from flows.evaluate_suite import (
-    SuiteRunConfig,
-    build_provider,
-    code_revision,
-    evaluate_on_pool,
-    longest_first,
-    resource_id,
-    run_completeness,
-    run_info,
-)
+from flows.pool_engine import PoolRunRequest, evaluate_on_pool, longest_first, resource_id
 from flows.progress import RunProgress
+from flows.provenance import code_revision, run_info
+from flows.run_config import SuiteRunConfig
+from flows.summary import run_completeness
 from tasks.record import record_result
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -172,12 +166,16 @@ def _delete_shard_resources(flow: Any, flow_run: Any, state: Any) -> None:
     """Flow hook for cancelled or crashed shards: delete every cloud resource tagged with the
     shard's own id (its `finally` may not have run; the controller's hook only knows the run id)."""
     config = SuiteRunConfig.model_validate(flow_run.parameters["config"])
-    if config.provider not in ("aws", "azure") or not config.run_id:
+    if not config.run_id:
         return
     resources = resource_id(config.run_id, int(flow_run.parameters.get("shard", 1)))
-    provider = build_cloud_provider(config.provider, load_cloud_settings(config.cloud_config), resources)
-    report = sweep_run(provider, resources)
-    get_run_logger().warning("shard %s ended early; %s", resources, report.summary())
+    provider = build_provider(config.provider, config.provider_settings(resources))
+    try:
+        if provider.owns_cloud_resources:
+            report = sweep_run(provider, resources)
+            get_run_logger().warning("shard %s ended early; %s", resources, report.summary())
+    finally:
+        provider.close()
 
 
 @flow(
@@ -245,7 +243,7 @@ def run_shard(
     flow_run_id = str(runtime_flow_run.id or uuid.uuid4())
     db_path = (shard_db_dir(db_dir) / f"{run_id}-shard{shard}-{flow_run_id[:8]}.duckdb").resolve()
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    provider = build_provider(config, resource_id(run_id, shard))
+    provider = build_provider(config.provider, config.provider_settings(resource_id(run_id, shard)))
     with ResultStore(db_path) as store:
         store.start_run(run_info(config, run_id, catalog, len(tasks), agent_config, provider))
         budget = RunBudget.for_run(config, store, run_id)
@@ -254,10 +252,11 @@ def run_shard(
         )
         status = "failed"
         try:
-            evaluate_on_pool(
-                config, run_id, catalog, tasks, provider, agent_options, store, budget, progress,
+            request = PoolRunRequest(
+                config, run_id, catalog, provider, agent_options, store, budget, progress,
                 shard=shard, expected_seconds=expected_seconds, first_attempts=first_attempts,
             )
+            evaluate_on_pool(request, tasks)
             status = run_completeness(store, run_id, tasks, budget).status
         finally:
             store.finish_run(run_id, status)

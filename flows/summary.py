@@ -8,11 +8,16 @@ last attempt), and every rendering shows it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from adapters.store.duckdb_store import RunSummary
+from adapters.benchmark import BenchmarkTask, OutcomeKind
+from adapters.results.metrics import RunMetrics
+from adapters.store.duckdb_store import ResultStore
+
+if TYPE_CHECKING:
+    from flows.budget import RunBudget
 
 
 class RunCompleteness(BaseModel):
@@ -38,46 +43,56 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:5.1f}%"
 
 
-def summary_rows(summary: RunSummary, completeness: RunCompleteness | None = None) -> list[dict[str, Any]]:
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def summary_rows(metrics: RunMetrics, completeness: RunCompleteness | None = None) -> list[dict[str, Any]]:
     """One row per domain plus a total row, for `create_table_artifact`."""
     missing = completeness.missing_by_domain if completeness else {}
     rows = [
         {
             "domain": d.domain,
-            "tasks": d.total,
-            "successes": d.successes,
-            "success_rate": round(d.success_rate, 4),
-            "success_rate_sound": None if d.success_rate_sound is None else round(d.success_rate_sound, 4),
-            "avg_score": round(d.avg_score, 4),
+            "tasks": d.tasks,
+            "successes": d.success.successes,
+            "success_rate": _round(d.success.rate),
+            "success_rate_sound": _round(d.success_sound.rate),
+            "avg_score": _round(d.avg_score),
             **({"missing": missing.get(d.domain, 0)} if completeness else {}),
         }
-        for d in summary.per_domain
+        for d in metrics.per_domain
     ]
     # Domains whose tasks all lack a result do not appear in the summary; show them anyway.
-    seen = {d.domain for d in summary.per_domain}
+    seen = {d.domain for d in metrics.per_domain}
     for domain, n in sorted(missing.items()):
         if domain not in seen and n:
             rows.append({"domain": domain, "tasks": 0, "successes": 0, "success_rate": 0.0, "avg_score": 0.0, "missing": n})
+    overall = metrics.overall
     rows.append(
         {
             "domain": "ALL",
-            "tasks": summary.total,
-            "successes": summary.successes,
-            "success_rate": round(summary.success_rate or 0.0, 4),
-            "success_rate_sound": None if summary.success_rate_sound is None else round(summary.success_rate_sound, 4),
-            "avg_score": round(sum((d.avg_score or 0.0) * d.total for d in summary.per_domain) / max(1, summary.total), 4),
+            "tasks": overall.tasks,
+            "successes": overall.success.successes,
+            "success_rate": _round(overall.success.rate or 0.0),
+            "success_rate_sound": _round(overall.success_sound.rate),
+            "avg_score": _round(overall.avg_score or 0.0),
             **({"missing": completeness.missing} if completeness else {}),
         }
     )
     return rows
 
 
-def sound_rate_line(summary: RunSummary) -> str:
+def sound_rate_line(metrics: RunMetrics) -> str:
     """The headline rate (adapters/results/rates.py) with what it leaves out."""
+    overall = metrics.overall
     return (
-        f"success rate (sound environment): {_pct(summary.success_rate_sound).strip()}   left out: "
-        f"{summary.infrastructure_errors} infrastructure error(s), {summary.setup_failures} setup failure(s)"
+        f"success rate (sound environment): {_pct(overall.success_sound.rate).strip()}   left out: "
+        f"{overall.infrastructure_errors} infrastructure error(s), {overall.setup_failures} setup failure(s)"
     )
+
+
+def _outcomes(metrics: RunMetrics) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(metrics.overall.outcomes.items()) if v)
 
 
 def completeness_lines(completeness: RunCompleteness) -> list[str]:
@@ -109,7 +124,7 @@ def completeness_lines(completeness: RunCompleteness) -> list[str]:
 
 
 def format_summary(
-    run_id: str, summary: RunSummary, environment: str, completeness: RunCompleteness | None = None
+    run_id: str, metrics: RunMetrics, environment: str, completeness: RunCompleteness | None = None
 ) -> str:
     """A plain-text table: success per domain, the headline (sound environment) rate, the status."""
     label = "LOCAL SIMULATION, not a Windows VM" if environment == "local-simulation" else environment
@@ -118,28 +133,26 @@ def format_summary(
         f"{'domain':<20} {'tasks':>5} {'success':>7} {'rate':>7} {'avg score':>9}",
         "-" * 52,
     ]
-    for d in summary.per_domain:
+    for d in metrics.per_domain:
         avg = "-" if d.avg_score is None else f"{d.avg_score:.3f}"
-        lines.append(f"{d.domain:<20} {d.total:>5} {d.successes:>7} {_pct(d.success_rate):>7} {avg:>9}")
+        lines.append(f"{d.domain:<20} {d.tasks:>5} {d.success.successes:>7} {_pct(d.success.rate):>7} {avg:>9}")
+    overall = metrics.overall
     lines.append("-" * 52)
-    lines.append(f"{'ALL':<20} {summary.total:>5} {summary.successes:>7} {_pct(summary.success_rate):>7}")
-    lines.append(sound_rate_line(summary))
-    lines.append(
-        f"feasible tasks: {_pct(summary.feasible_success_rate)}   infeasible tasks: {_pct(summary.infeasible_success_rate)}"
-    )
-    outcomes = ", ".join(f"{k}={v}" for k, v in sorted(summary.per_outcome.items()) if v)
-    lines.append(f"outcomes: {outcomes}")
+    lines.append(f"{'ALL':<20} {overall.tasks:>5} {overall.success.successes:>7} {_pct(overall.success.rate):>7}")
+    lines.append(sound_rate_line(metrics))
+    lines.append(f"feasible tasks: {_pct(overall.feasible.rate)}   infeasible tasks: {_pct(overall.infeasible.rate)}")
+    lines.append(f"outcomes: {_outcomes(metrics)}")
     if completeness is not None:
         lines.extend(completeness_lines(completeness))
     return "\n".join(lines)
 
 
 def summary_markdown(
-    run_id: str, summary: RunSummary, environment: str, completeness: RunCompleteness | None = None
+    run_id: str, metrics: RunMetrics, environment: str, completeness: RunCompleteness | None = None
 ) -> str:
     """The summary as markdown, for `create_markdown_artifact`."""
     label = "LOCAL SIMULATION, not a Windows VM" if environment == "local-simulation" else environment
-    rows = summary_rows(summary, completeness)
+    rows = summary_rows(metrics, completeness)
     columns = list(rows[0]) if rows else ["domain"]
     out = [f"# WAA run `{run_id}`", "", f"Environment: **{label}**", ""]
     if completeness is not None:
@@ -150,9 +163,51 @@ def summary_markdown(
         out.append("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |")
     out += [
         "",
-        sound_rate_line(summary)[0].upper() + sound_rate_line(summary)[1:],
+        sound_rate_line(metrics)[0].upper() + sound_rate_line(metrics)[1:],
         "",
-        "Outcomes (last attempt per task): "
-        + (", ".join(f"{k}={v}" for k, v in sorted(summary.per_outcome.items()) if v) or "none"),
+        "Outcomes (last attempt per task): " + (_outcomes(metrics) or "none"),
     ]
     return "\n".join(out)
+
+
+def run_completeness(
+    store: ResultStore, run_id: str, tasks: list[BenchmarkTask], budget: "RunBudget"
+) -> RunCompleteness:
+    """What share of the selected tasks has a final result, and why the rest has none."""
+    final = store.finished_task_ids(run_id)
+    latest = {r["task_id"]: r["outcome"] for r in store.latest_attempts(run_id)}
+    selected = {t.task_id for t in tasks}
+    missing_by_domain: dict[str, int] = {}
+    for t in tasks:
+        if t.task_id not in final:
+            missing_by_domain[t.domain] = missing_by_domain.get(t.domain, 0) + 1
+    run = store.get_run(run_id)
+    task_count = run.task_count if run is not None and run.task_count is not None else len(tasks)
+    n_final = len(final & selected)
+    if budget.reason is not None and n_final < task_count:
+        status = "budget_exhausted"
+    elif n_final < task_count:
+        status = "incomplete"
+    else:
+        status = "completed"
+    return RunCompleteness(
+        status=status,
+        selected=task_count,
+        final=n_final,
+        not_started=len(selected - set(latest)),
+        retries_exhausted=sum(1 for t in selected if latest.get(t) == OutcomeKind.INFRASTRUCTURE_ERROR.value),
+        budget_reason=budget.reason,
+        missing_by_domain=missing_by_domain,
+        cost_usd=round(budget.cost_usd(), 6),
+        tokens=budget.tokens,
+    )
+
+
+def problem_sections(pool_errors: list[str], shard_errors: list[str]) -> tuple[str, str]:
+    """Why tasks are missing, as text and markdown to append wherever the summary is shown."""
+    text, markdown = "", ""
+    for title, lines in (("VMs lost during the run", pool_errors), ("shards without results", shard_errors)):
+        if lines:
+            text += f"\n{title}:\n" + "\n".join(f"  {e}" for e in lines)
+            markdown += f"\n\n**{title[0].upper() + title[1:]}**\n\n" + "\n".join(f"- {e}" for e in lines)
+    return text, markdown

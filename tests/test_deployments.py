@@ -17,7 +17,7 @@ from flows.baselines import (
     model_update_config,
     slug,
 )
-from flows.evaluate_suite import SuiteRunConfig
+from flows.run_config import SuiteRunConfig
 from flows.notify import model_updated_event
 
 PROJECT = Path(__file__).resolve().parents[1]

@@ -129,9 +129,9 @@ class _WrappedAgent(BenchmarkAgent):
 
 def _inject_on_first_attempt(monkeypatch: pytest.MonkeyPatch, task_id: str, before_act: Callable[[Any, int], None]) -> None:
     """On attempt 1 of `task_id`, wrap the attempt's agent with `before_act(vm, step_index)`."""
-    import flows.evaluate_suite as suite
+    import flows.pool_engine as engine
 
-    original = suite.run_attempt
+    original = engine.run_attempt
 
     def run_attempt(task: BenchmarkTask, vm: Any, ctx: Any, attempt: int) -> Any:
         if task.task_id == task_id and attempt == 1:
@@ -141,7 +141,7 @@ def _inject_on_first_attempt(monkeypatch: pytest.MonkeyPatch, task_id: str, befo
             )
         return original(task, vm, ctx, attempt)
 
-    monkeypatch.setattr(suite, "run_attempt", run_attempt)
+    monkeypatch.setattr(engine, "run_attempt", run_attempt)
 
 
 # --- (a) a VM dies mid-episode during a 30-task run ------------------------------------------
@@ -150,7 +150,8 @@ def _inject_on_first_attempt(monkeypatch: pytest.MonkeyPatch, task_id: str, befo
 def test_vm_killed_mid_episode_is_retried_on_another_vm(
     prefect_server: None, no_sim_leak: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.evaluate_suite import SuiteRunConfig, run_suite
+    from flows.evaluate_suite import run_suite
+    from flows.run_config import SuiteRunConfig
 
     suite_dir = tmp_path / "suite"
     ids = _make_suite(suite_dir, 30)
@@ -209,7 +210,8 @@ def test_hanging_accessibility_is_infrastructure_within_the_limit(
     prefect_server: None, no_sim_leak: None, tmp_path: Path
 ) -> None:
     """R7: an episode blocked on the server's first observation is infrastructure, not a timeout."""
-    from flows.evaluate_suite import SuiteRunConfig, run_suite
+    from flows.evaluate_suite import run_suite
+    from flows.run_config import SuiteRunConfig
 
     db = tmp_path / "arena.duckdb"
     limit = 3.0
@@ -247,7 +249,8 @@ def test_hanging_accessibility_is_infrastructure_within_the_limit(
 _CONTROLLER = """
 import sys
 from pathlib import Path
-from flows.evaluate_suite import SuiteRunConfig, run_suite
+from flows.evaluate_suite import run_suite
+from flows.run_config import SuiteRunConfig
 suite, db, art, run_id = sys.argv[1:5]
 run_suite(SuiteRunConfig(suite_dir=Path(suite), pool_size=3, db_path=Path(db), artifacts_dir=Path(art),
                          run_id=run_id, settle_seconds=0.05))
@@ -257,7 +260,9 @@ run_suite(SuiteRunConfig(suite_dir=Path(suite), pool_size=3, db_path=Path(db), a
 def test_controller_killed_mid_run_is_resumed_exactly(prefect_server: None, no_sim_leak: None, tmp_path: Path) -> None:
     from prefect.settings import PREFECT_API_URL
 
-    from flows.evaluate_suite import SuiteRunConfig, run_suite
+    from flows.evaluate_suite import run_suite
+
+    from flows.run_config import SuiteRunConfig
 
     suite_dir = tmp_path / "suite"
     ids = _make_suite(suite_dir, 30)
@@ -356,7 +361,8 @@ def _pgid(pid: int) -> int | None:
 def test_throttled_model_endpoint_is_retried_as_infrastructure(
     prefect_server: None, no_sim_leak: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.evaluate_suite import SuiteRunConfig, run_suite
+    from flows.evaluate_suite import run_suite
+    from flows.run_config import SuiteRunConfig
 
     victim = "explorer-rename-file"
 
@@ -391,7 +397,8 @@ def test_throttled_model_endpoint_is_retried_as_infrastructure(
 
 
 def test_budget_stops_taking_tasks_and_says_so(prefect_server: None, no_sim_leak: None, tmp_path: Path) -> None:
-    from flows.evaluate_suite import SuiteRunConfig, run_suite
+    from flows.evaluate_suite import run_suite
+    from flows.run_config import SuiteRunConfig
 
     db = tmp_path / "arena.duckdb"
     # The simulation's "VMs" cost $3600/h = $1/s each here, so a $1.5 budget ends the run early.

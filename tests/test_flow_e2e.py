@@ -22,7 +22,8 @@ def _rows(db: Path, sql: str) -> list[tuple]:
 
 
 def test_scripted_agent_solves_the_bundled_suite(prefect_server: None, tmp_path: Path, bundled_ids: list[str]) -> None:
-    from flows.evaluate_suite import SuiteRunConfig, run_suite
+    from flows.evaluate_suite import run_suite
+    from flows.run_config import SuiteRunConfig
 
     db = tmp_path / "arena.duckdb"
     outcome = run_suite(
@@ -47,7 +48,8 @@ def test_scripted_agent_solves_the_bundled_suite(prefect_server: None, tmp_path:
 
 
 def test_random_agent_scores_near_zero(prefect_server: None, tmp_path: Path, bundled_ids: list[str]) -> None:
-    from flows.evaluate_suite import SuiteRunConfig, run_suite
+    from flows.evaluate_suite import run_suite
+    from flows.run_config import SuiteRunConfig
 
     db = tmp_path / "arena.duckdb"
     outcome = run_suite(
@@ -62,7 +64,8 @@ def test_random_agent_scores_near_zero(prefect_server: None, tmp_path: Path, bun
 
 
 def test_resume_skips_finished_tasks(prefect_server: None, tmp_path: Path, bundled_ids: list[str]) -> None:
-    from flows.evaluate_suite import SuiteRunConfig, run_suite
+    from flows.evaluate_suite import run_suite
+    from flows.run_config import SuiteRunConfig
 
     db = tmp_path / "arena.duckdb"
     first = bundled_ids[:2]

@@ -178,7 +178,7 @@ def test_existing_servers_provider(tmp_path: Path) -> None:
 
 
 def test_run_config_refuses_snapshot_reset_on_existing_servers() -> None:
-    from flows.evaluate_suite import SuiteRunConfig
+    from flows.run_config import SuiteRunConfig
 
     with pytest.raises(ValueError, match="use 'setup'"):
         SuiteRunConfig(provider="existing", waa_urls=["http://127.0.0.1:5000"])
@@ -186,7 +186,7 @@ def test_run_config_refuses_snapshot_reset_on_existing_servers() -> None:
 
 
 def test_longest_first_starts_untimed_tasks_then_the_longest() -> None:
-    from flows.evaluate_suite import longest_first
+    from flows.pool_engine import longest_first
 
     tasks = [CATALOG.load(task_id) for task_id in CATALOG.task_ids()[:4]]
     a, b, c, d = (t.task_id for t in tasks)

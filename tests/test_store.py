@@ -19,8 +19,14 @@ from adapters.store import (
     StoreError,
     is_secret_key,
     scrub_secrets,
-    wilson_interval,
 )
+from adapters.results.metrics import DomainMetrics, compute_run_metrics
+from adapters.results.stats import wilson_interval
+
+
+def _overall(store: ResultStore, run_id: str = "run-1") -> DomainMetrics:
+    """The run's headline numbers, as every report computes them (adapters/results)."""
+    return compute_run_metrics(store, run_id).overall
 
 RUN = "run-1"
 
@@ -165,7 +171,7 @@ def test_unknown_run_is_refused(store: ResultStore) -> None:
     with pytest.raises(StoreError, match="unknown run 'ghost'"):
         store.finish_run("ghost", "completed")
     with pytest.raises(StoreError, match="unknown run 'ghost'"):
-        store.summary("ghost")
+        compute_run_metrics(store, "ghost")
 
 
 def test_duplicate_run_and_resume(store: ResultStore) -> None:
@@ -206,7 +212,7 @@ def test_concurrent_record_result_from_8_threads(store: ResultStore) -> None:
                 outcome = OutcomeKind.SUCCESS if i % 2 else OutcomeKind.AGENT_FAILURE
                 store.record_result(RUN, _result(f"w{n}-t{i}", outcome, domain=f"d{n}", steps=3))
                 if i % 5 == 0:
-                    store.summary(RUN)  # reads interleaved with writes
+                    _overall(store)  # reads interleaved with writes
         except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread below
             errors.append(exc)
 
@@ -219,9 +225,9 @@ def test_concurrent_record_result_from_8_threads(store: ResultStore) -> None:
     rows = store.results(RUN)
     assert len(rows) == 8 * per_thread
     assert len({r["task_id"] for r in rows}) == 8 * per_thread
-    summary = store.summary(RUN)
-    assert summary.total == 200 and summary.successes == 8 * 12
-    assert len(summary.per_domain) == 8
+    metrics = compute_run_metrics(store, RUN)
+    assert metrics.overall.tasks == 200 and metrics.overall.success.successes == 8 * 12
+    assert len(metrics.per_domain) == 8
     count = store._connection().execute("SELECT count(*) FROM steps").fetchone()  # noqa: SLF001
     assert count == (8 * per_thread * 3,)
 
@@ -244,39 +250,41 @@ def test_summary_numbers(store: ResultStore) -> None:
     ]
     for r in results:
         store.record_result(RUN, r)
-    s = store.summary(RUN)
-    assert (s.total, s.successes, s.infrastructure_errors, s.setup_failures) == (10, 3, 2, 1)
-    assert s.success_rate == pytest.approx(0.3)
+    metrics = compute_run_metrics(store, RUN)
+    s = metrics.overall
+    assert (s.tasks, s.success.successes, s.infrastructure_errors, s.setup_failures) == (10, 3, 2, 1)
+    assert s.success.rate == pytest.approx(0.3)
     # The headline rate leaves out infrastructure errors and setup failures (10 - 2 - 1 tasks).
-    assert s.success_rate_sound == pytest.approx(3 / 7)
+    assert s.success_sound.rate == pytest.approx(3 / 7)
     assert s.avg_score == pytest.approx(3.25 / 10)
-    assert (s.feasible_total, s.feasible_successes) == (7, 2)
-    assert s.feasible_success_rate == pytest.approx(2 / 7)
-    assert (s.infeasible_total, s.infeasible_successes) == (3, 1)
-    assert s.infeasible_success_rate == pytest.approx(1 / 3)
-    assert s.per_outcome == {
+    assert (s.feasible.total, s.feasible.successes) == (7, 2)
+    assert s.feasible.rate == pytest.approx(2 / 7)
+    assert (s.infeasible.total, s.infeasible.successes) == (3, 1)
+    assert s.infeasible.rate == pytest.approx(1 / 3)
+    assert s.outcomes == {
         "success": 3, "agent_failure": 2, "setup_failure": 1, "evaluation_error": 1,
         "infrastructure_error": 2, "timeout": 1,
     }
-    by_domain = {d.domain: d for d in s.per_domain}
-    assert [d.domain for d in s.per_domain] == ["chrome", "notepad", "vlc"]
-    assert (by_domain["notepad"].total, by_domain["notepad"].successes) == (3, 1)
-    assert by_domain["notepad"].success_rate == pytest.approx(1 / 3)
-    assert by_domain["notepad"].success_rate_sound == pytest.approx(1 / 2)
+    by_domain = {d.domain: d for d in metrics.per_domain}
+    assert [d.domain for d in metrics.per_domain] == ["chrome", "notepad", "vlc"]
+    assert (by_domain["notepad"].tasks, by_domain["notepad"].success.successes) == (3, 1)
+    assert by_domain["notepad"].success.rate == pytest.approx(1 / 3)
+    assert by_domain["notepad"].success_sound.rate == pytest.approx(1 / 2)
     assert by_domain["notepad"].avg_score == pytest.approx(1.25 / 3)
-    assert by_domain["chrome"].success_rate == pytest.approx(0.25)
-    assert by_domain["chrome"].success_rate_sound == pytest.approx(1 / 3)  # its setup failure is out
+    assert by_domain["chrome"].success.rate == pytest.approx(0.25)
+    assert by_domain["chrome"].success_sound.rate == pytest.approx(1 / 3)  # its setup failure is out
     assert by_domain["vlc"].avg_score == pytest.approx(1 / 3)
-    low, high = s.success_rate_ci95
+    low, high = s.success.ci95
     assert low < 0.3 < high
     assert (low, high) == pytest.approx((0.1078, 0.6032), abs=1e-3)
 
 
 def test_summary_of_empty_run_has_no_rates(store: ResultStore) -> None:
-    s = store.summary(RUN)
-    assert s.total == 0 and s.success_rate is None and s.success_rate_ci95 is None
-    assert s.success_rate_sound is None and s.feasible_success_rate is None
-    assert s.per_domain == [] and set(s.per_outcome.values()) == {0}
+    metrics = compute_run_metrics(store, RUN)
+    s = metrics.overall
+    assert s.tasks == 0 and s.success.rate is None and s.success.ci95 is None
+    assert s.success_sound.rate is None and s.feasible.rate is None
+    assert metrics.per_domain == [] and set(s.outcomes.values()) == {0}
 
 
 def test_summary_counts_only_the_last_attempt(store: ResultStore) -> None:
@@ -291,9 +299,9 @@ def test_summary_counts_only_the_last_attempt(store: ResultStore) -> None:
         ("t1", 3, "success"),
         ("t2", 2, "agent_failure"),
     ]
-    s = store.summary(RUN)
-    assert (s.total, s.successes, s.infrastructure_errors) == (2, 1, 0)
-    assert s.per_outcome["infrastructure_error"] == 0
+    s = _overall(store)
+    assert (s.tasks, s.success.successes, s.infrastructure_errors) == (2, 1, 0)
+    assert s.outcomes["infrastructure_error"] == 0
     assert store.next_attempt(RUN, "t1") == 4 and store.next_attempt(RUN, "new") == 1
 
 
@@ -301,8 +309,8 @@ def test_runs_are_separate(store: ResultStore) -> None:
     store.start_run(_run("run-2"))
     store.record_result(RUN, _result("t1"))
     store.record_result("run-2", _result("t1", OutcomeKind.AGENT_FAILURE))
-    assert store.summary(RUN).successes == 1
-    assert store.summary("run-2").successes == 0
+    assert _overall(store).success.successes == 1
+    assert _overall(store, "run-2").success.successes == 0
     assert store.finished_task_ids("run-2") == {"t1"}
 
 
@@ -334,7 +342,7 @@ def test_re_record_replaces_result_and_steps(store: ResultStore) -> None:
     (row,) = store.results(RUN)
     assert row["outcome"] == "success" and row["num_steps"] == 2
     assert [s["step_index"] for s in store.steps(RUN, "t1", attempt=1)] == [0, 1]
-    assert store.summary(RUN).successes == 1
+    assert _overall(store).success.successes == 1
 
 
 def test_failed_write_leaves_no_partial_result(store: ResultStore) -> None:

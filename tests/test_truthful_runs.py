@@ -31,7 +31,8 @@ def test_half_of_all_actions_failing_server_side_scores_no_tainted_attempt(
 ) -> None:
     """With /execute and /execute_windows failing half the time, no attempt holding a failed
     server call is scored, and every task still ends with a stored final result."""
-    from flows.evaluate_suite import SuiteRunConfig, run_suite
+    from flows.evaluate_suite import run_suite
+    from flows.run_config import SuiteRunConfig
     from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 
     ids = WAATaskCatalog(bundled_suite_dir()).task_ids()[:6]
@@ -124,7 +125,8 @@ def test_a_dead_existing_server_ends_the_run_incomplete_with_one_line_and_exit_3
 
 
 def test_a_spare_server_takes_over_from_a_dead_one(prefect_server: None, tmp_path: Path) -> None:
-    from flows.evaluate_suite import SuiteRunConfig, run_suite
+    from flows.evaluate_suite import run_suite
+    from flows.run_config import SuiteRunConfig
 
     first = start_local_env(tmp_path / "first")
     spare = start_local_env(tmp_path / "spare")

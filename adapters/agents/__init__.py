@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,9 +20,7 @@ from pydantic import BaseModel, Field
 from adapters.agents.random_agent import RandomAgent
 from adapters.agents.scripted import ScriptedAgent, load_plans
 from adapters.benchmark import BenchmarkAgent
-
-AGENT_NAMES = ("scripted", "random", "claude", "openai", "anthropic", "demo", "http")
-
+from adapters.registry import Registry
 
 class AgentOptions(BaseModel):
     """Everything an agent can be configured with from the CLI or a deployment (no secrets:
@@ -61,35 +60,64 @@ def _prompting_agent(backend: str, options: AgentOptions) -> BenchmarkAgent:
     return PromptingAgent(backend=backend, **overrides)
 
 
+AGENTS: Registry[Callable[[AgentOptions], BenchmarkAgent]] = Registry("agent")
+"""Agent builders by CLI name; a new agent registers one here (and lives in its own module)."""
+
+
+@AGENTS.register("scripted")
+def _scripted(options: AgentOptions) -> BenchmarkAgent:
+    if options.plans_path is None:
+        raise ValueError("the scripted agent needs a plans file (solutions.json)")
+    return ScriptedAgent(load_plans(options.plans_path))
+
+
+@AGENTS.register("random")
+def _random(options: AgentOptions) -> BenchmarkAgent:
+    return RandomAgent(seed=options.seed)
+
+
+@AGENTS.register("claude")
+def _claude(options: AgentOptions) -> BenchmarkAgent:
+    from adapters.agents.claude_computer_use import ClaudeComputerUseAgent
+
+    overrides = _model_overrides(options)
+    if options.tool_version:
+        overrides["tool_version"] = options.tool_version
+    return ClaudeComputerUseAgent(**overrides)
+
+
+@AGENTS.register("openai")
+def _openai(options: AgentOptions) -> BenchmarkAgent:
+    return _prompting_agent("openai", options)
+
+
+@AGENTS.register("anthropic")
+def _anthropic(options: AgentOptions) -> BenchmarkAgent:
+    return _prompting_agent("anthropic", options)
+
+
+@AGENTS.register("demo")
+def _demo(options: AgentOptions) -> BenchmarkAgent:
+    from adapters.agents.demo_conditioned import DemoConditionedAgent
+    from adapters.agents.demos import DEFAULT_DEMO_LIBRARY, EmbeddingDemoRetriever, LexicalDemoRetriever
+
+    library = options.demo_library or DEFAULT_DEMO_LIBRARY
+    retriever_class = LexicalDemoRetriever if options.demo_retriever == "lexical" else EmbeddingDemoRetriever
+    return DemoConditionedAgent(_prompting_agent(options.demo_backend, options), retriever_class.from_directory(library))
+
+
+@AGENTS.register("http")
+def _http(options: AgentOptions) -> BenchmarkAgent:
+    from adapters.agents.http_policy import HttpPolicyAgent
+
+    if not options.policy_url:
+        raise ValueError("the http agent needs --policy-url")
+    return HttpPolicyAgent(options.policy_url, headers_from_env=options.policy_headers_env or None)
+
+
+AGENT_NAMES: tuple[str, ...] = tuple(AGENTS)
+
+
 def build_agent(name: str, options: AgentOptions | None = None) -> BenchmarkAgent:
     """An agent by its CLI name; unknown names or missing settings raise ValueError naming them."""
-    options = options or AgentOptions()
-    if name == "scripted":
-        if options.plans_path is None:
-            raise ValueError("the scripted agent needs a plans file (solutions.json)")
-        return ScriptedAgent(load_plans(options.plans_path))
-    if name == "random":
-        return RandomAgent(seed=options.seed)
-    if name == "claude":
-        from adapters.agents.claude_computer_use import ClaudeComputerUseAgent
-
-        overrides = _model_overrides(options)
-        if options.tool_version:
-            overrides["tool_version"] = options.tool_version
-        return ClaudeComputerUseAgent(**overrides)
-    if name in ("openai", "anthropic"):
-        return _prompting_agent(name, options)
-    if name == "demo":
-        from adapters.agents.demo_conditioned import DemoConditionedAgent
-        from adapters.agents.demos import DEFAULT_DEMO_LIBRARY, EmbeddingDemoRetriever, LexicalDemoRetriever
-
-        library = options.demo_library or DEFAULT_DEMO_LIBRARY
-        retriever_class = LexicalDemoRetriever if options.demo_retriever == "lexical" else EmbeddingDemoRetriever
-        return DemoConditionedAgent(_prompting_agent(options.demo_backend, options), retriever_class.from_directory(library))
-    if name == "http":
-        from adapters.agents.http_policy import HttpPolicyAgent
-
-        if not options.policy_url:
-            raise ValueError("the http agent needs --policy-url")
-        return HttpPolicyAgent(options.policy_url, headers_from_env=options.policy_headers_env or None)
-    raise ValueError(f"unknown agent {name!r}; known agents: {', '.join(AGENT_NAMES)}")
+    return AGENTS.lookup(name)(options or AgentOptions())

@@ -32,6 +32,7 @@ from adapters.results.stats import (
     mcnemar_exact,
     paired_difference_interval,
     unpaired_difference_interval,
+    wilson_interval,
 )
 from adapters.results.source import (
     ResultsSource,
@@ -39,7 +40,6 @@ from adapters.results.source import (
     results_connection,
     source_path,
 )
-from adapters.store.duckdb_store import wilson_interval
 
 Verdict = Literal["improved", "regressed", "no significant difference", "insufficient data"]
 DeltaMethod = Literal["paired", "unpaired"]

@@ -47,7 +47,8 @@ from adapters.results.reference import (
 )
 from adapters.results.rates import RunStatus, is_final, is_sound, sound_sql
 from adapters.results.source import UnknownRunError, results_connection
-from adapters.store.duckdb_store import ResultStore, wilson_interval
+from adapters.results.stats import wilson_interval
+from adapters.store.duckdb_store import ResultStore
 
 References = Mapping[str, ReferenceTrajectory]
 """Reference trajectories by task id."""

@@ -82,3 +82,26 @@ def source_path(source: ResultsSource) -> Path:
     return source.path if isinstance(source, ResultStore) else Path(source).expanduser().resolve()
 
 
+def latest_completed_run(
+    source: ResultsSource, *, agent: str, model: str | None, suite_hash: str, provider: str, exclude_run_id: str = ""
+) -> str | None:
+    """The most recently finished completed run of this agent, model, suite (content hash) and
+    provider, other than `exclude_run_id`; None when there is none."""
+    with results_connection(source) as conn:
+        row = conn.execute(
+            """
+            SELECT run_id FROM runs
+            WHERE status = 'completed' AND agent = ? AND model_id IS NOT DISTINCT FROM ?
+              AND suite_hash = ? AND provider = ? AND run_id <> ?
+            ORDER BY finished_at DESC NULLS LAST LIMIT 1
+            """,
+            [agent, model, suite_hash, provider, exclude_run_id],
+        ).fetchone()
+    return row[0] if row else None
+
+
+def latest_run(source: ResultsSource) -> str | None:
+    """The id of the most recently started run, or None when there is none."""
+    with results_connection(source) as conn:
+        row = conn.execute("SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 1").fetchone()
+    return None if row is None else str(row[0])

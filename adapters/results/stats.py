@@ -6,7 +6,7 @@ Pure Python (``math`` only): scipy is not a base dependency of the project.
     paired_difference_interval(a, b, c, d)           Newcombe (1998) method 10, paired data
     unpaired_difference_interval(x1, n1, x2, n2)     Newcombe (1998) method 10, independent
 
-The intervals are built from Wilson score intervals (`wilson_interval` of the result store, so
+The intervals are built from Wilson score intervals (`wilson_interval` below, so
 every interval in a report comes from the same Wilson code):
 
 - Newcombe RG. Two-sided confidence intervals for the single proportion: comparison of seven
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import math
 
-from adapters.store.duckdb_store import wilson_interval
 
 Interval = tuple[float, float]
 """A (lower, upper) confidence interval."""
@@ -39,6 +38,20 @@ Interval = tuple[float, float]
 # The same normal quantile as `wilson_interval`'s default, so a difference interval and the
 # Wilson intervals printed beside it are computed at exactly the same level.
 Z95 = 1.959964
+
+
+def wilson_interval(successes: int, total: int, z: float = 1.959964) -> tuple[float, float] | None:
+    """Wilson score interval for a binomial proportion (default 95%); None when total is 0."""
+    if total <= 0:
+        return None
+    p = successes / total
+    denom = 1 + z * z / total
+    centre = (p + z * z / (2 * total)) / denom
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
+    # At p = 0 or 1 one bound is exactly 0 or 1; floating point would give 1e-17 off.
+    low = 0.0 if successes <= 0 else max(0.0, centre - half)
+    high = 1.0 if successes >= total else min(1.0, centre + half)
+    return low, high
 
 
 def _count(name: str, value: int) -> int:

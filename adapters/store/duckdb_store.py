@@ -102,7 +102,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import math
 import re
 import threading
 from collections.abc import Mapping
@@ -114,7 +113,6 @@ import duckdb
 from pydantic import BaseModel, Field
 
 from adapters.benchmark import BenchmarkResult, ModelUsage, OutcomeKind
-from adapters.results.rates import rate, sound_sql
 
 SCHEMA_VERSION = 4
 
@@ -354,60 +352,6 @@ class RunInfo(BaseModel):
     run_config: dict[str, Any] = Field(default_factory=dict)
     agent_config_hash: str | None = None
     """Computed by the store from agent_config when the run is recorded; any value given is ignored."""
-
-
-class DomainSummary(BaseModel):
-    """Counts and rates for one domain (last attempt per task)."""
-
-    domain: str
-    total: int
-    successes: int
-    success_rate: float | None
-    # Over the tasks whose environment was sound (adapters/results/rates.py).
-    success_rate_sound: float | None
-    avg_score: float | None
-
-
-class RunSummary(BaseModel):
-    """Headline numbers of a run, counting only the last attempt of each task.
-
-    Rates are None when their denominator is 0. `*_ci95` are Wilson 95% intervals. The headline
-    rate, `success_rate_sound`, leaves infrastructure errors and setup failures out of its
-    denominator (adapters/results/rates.py); `success_rate` is over every task with a result.
-    """
-
-    run_id: str
-    total: int
-    successes: int
-    success_rate: float | None
-    success_rate_ci95: tuple[float, float] | None
-    infrastructure_errors: int
-    setup_failures: int
-    success_rate_sound: float | None
-    success_rate_sound_ci95: tuple[float, float] | None
-    avg_score: float | None
-    feasible_total: int
-    feasible_successes: int
-    feasible_success_rate: float | None
-    infeasible_total: int
-    infeasible_successes: int
-    infeasible_success_rate: float | None
-    per_outcome: dict[str, int]
-    per_domain: list[DomainSummary]
-
-
-def wilson_interval(successes: int, total: int, z: float = 1.959964) -> tuple[float, float] | None:
-    """Wilson score interval for a binomial proportion (default 95%); None when total is 0."""
-    if total <= 0:
-        return None
-    p = successes / total
-    denom = 1 + z * z / total
-    centre = (p + z * z / (2 * total)) / denom
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
-    # At p = 0 or 1 one bound is exactly 0 or 1; floating point would give 1e-17 off.
-    low = 0.0 if successes <= 0 else max(0.0, centre - half)
-    high = 1.0 if successes >= total else min(1.0, centre + half)
-    return low, high
 
 
 # --- the store -------------------------------------------------------------------------------
@@ -745,75 +689,6 @@ class ResultStore:
             for task_id, same, anyone in rows
             if (same if same is not None else anyone) is not None
         }
-
-    def summary(self, run_id: str) -> RunSummary:
-        """Headline numbers of a run, over the last attempt of each task, computed in DuckDB."""
-        with self._lock:
-            conn = self._connection()
-            self._require_run(conn, run_id)
-            # count_if over zero rows is NULL in DuckDB, hence the coalesce(..., 0).
-            totals = conn.execute(
-                f"""
-                SELECT count(*),
-                       coalesce(count_if(success), 0),
-                       coalesce(count_if(NOT {sound_sql()}), 0),
-                       avg(score),
-                       coalesce(count_if(NOT coalesce(infeasible, false)), 0),
-                       coalesce(count_if(NOT coalesce(infeasible, false) AND success), 0),
-                       coalesce(count_if(coalesce(infeasible, false)), 0),
-                       coalesce(count_if(coalesce(infeasible, false) AND success), 0)
-                FROM latest_task_results WHERE run_id = ?
-                """,
-                [run_id],
-            ).fetchone()
-            outcome_rows = conn.execute(
-                "SELECT outcome, count(*) FROM latest_task_results WHERE run_id = ? GROUP BY outcome",
-                [run_id],
-            ).fetchall()
-            domain_rows = conn.execute(
-                f"""
-                SELECT domain, count(*), coalesce(count_if(success), 0),
-                       coalesce(count_if(NOT {sound_sql()}), 0), avg(score)
-                FROM latest_task_results WHERE run_id = ?
-                GROUP BY domain ORDER BY domain
-                """,
-                [run_id],
-            ).fetchall()
-        total, successes, unsound, avg_score, f_total, f_succ, i_total, i_succ = totals
-        # Every known outcome is present (0 when absent) so reports have stable columns.
-        per_outcome = {o.value: 0 for o in OutcomeKind}
-        per_outcome.update({outcome: int(n) for outcome, n in outcome_rows})
-        per_domain = [
-            DomainSummary(
-                domain=domain or "",
-                total=int(d_total),
-                successes=int(d_succ),
-                success_rate=rate(d_succ, d_total),
-                success_rate_sound=rate(d_succ, d_total - d_unsound),
-                avg_score=None if d_avg is None else float(d_avg),
-            )
-            for domain, d_total, d_succ, d_unsound, d_avg in domain_rows
-        ]
-        return RunSummary(
-            run_id=run_id,
-            total=int(total),
-            successes=int(successes),
-            success_rate=rate(successes, total),
-            success_rate_ci95=wilson_interval(successes, total),
-            infrastructure_errors=per_outcome[OutcomeKind.INFRASTRUCTURE_ERROR.value],
-            setup_failures=per_outcome[OutcomeKind.SETUP_FAILURE.value],
-            success_rate_sound=rate(successes, total - unsound),
-            success_rate_sound_ci95=wilson_interval(successes, total - unsound),
-            avg_score=None if avg_score is None else float(avg_score),
-            feasible_total=int(f_total),
-            feasible_successes=int(f_succ),
-            feasible_success_rate=rate(f_succ, f_total),
-            infeasible_total=int(i_total),
-            infeasible_successes=int(i_succ),
-            infeasible_success_rate=rate(i_succ, i_total),
-            per_outcome=per_outcome,
-            per_domain=per_domain,
-        )
 
     # --- helpers ----------------------------------------------------------------------------
 

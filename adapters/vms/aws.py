@@ -201,6 +201,7 @@ class AWSProvider(VMProvider):
     """Creates, resets and deletes EC2 instances that run the WAA server."""
 
     name = "aws"
+    owns_cloud_resources = True
     settle_seconds = 3.0
 
     @property

@@ -241,6 +241,7 @@ class AzureProvider(VMProvider):
     """Creates, resets and deletes WAA VMs in one Azure resource group."""
 
     name = "azure"
+    owns_cloud_resources = True
     settle_seconds = 3.0
 
     @property

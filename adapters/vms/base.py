@@ -126,6 +126,16 @@ class VMProvider(abc.ABC):
     name: str = "provider"
     # Extra seconds the environment needs after an action before observing (WAA waits 3 s).
     settle_seconds: float = 3.0
+    # Whether the provider creates tagged cloud resources a crashed run may leave behind.
+    owns_cloud_resources: bool = False
+
+    @property
+    def environment(self) -> str:
+        """What this provider's VMs are, as stored in runs.environment and shown to users."""
+        return self.name
+
+    def close(self) -> None:
+        """Release what the provider holds beyond its VMs (processes, clients); safe to repeat."""
 
     @abc.abstractmethod
     def create(self, vm_id: str) -> VMHandle:

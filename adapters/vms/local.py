@@ -48,6 +48,10 @@ class LocalSimulationProvider(VMProvider):
         self._lock = threading.Lock()
 
     @property
+    def environment(self) -> str:
+        return "local-simulation"  # labelled as a simulation wherever a user sees it
+
+    @property
     def image_id(self) -> str | None:
         # The simulated desktop is this code's; the code revision pins it.
         return "local-simulation"

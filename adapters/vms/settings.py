@@ -67,20 +67,3 @@ def load_cloud_settings(config_file: Path | None = None) -> CloudSettings:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise ValueError(f"cloud settings ({path} and ARENA_* variables): {problems}") from None
-
-
-def build_cloud_provider(name: str, settings: CloudSettings, run_id: str) -> Any:
-    """The AWS or Azure provider for a run; a missing section is a clear error."""
-    if name == "aws":
-        if settings.aws is None:
-            raise ValueError("provider 'aws' needs an [aws] section in the cloud config (or ARENA_AWS__* variables)")
-        from adapters.vms.aws import AWSProvider
-
-        return AWSProvider(settings.aws, run_id)
-    if name == "azure":
-        if settings.azure is None:
-            raise ValueError("provider 'azure' needs an [azure] section in the cloud config (or ARENA_AZURE__* variables)")
-        from adapters.vms.azure import AzureProvider
-
-        return AzureProvider(settings.azure, run_id)
-    raise ValueError(f"unknown cloud provider {name!r}; known: aws, azure")

@@ -26,6 +26,7 @@ from typing import Any
 import requests
 
 from adapters.outcomes import EnvironmentFault, Fault, classify_download_error, classify_setup_error
+from adapters.registry import Registry
 from adapters.waa.browser_setup import BrowserSetupError, DevToolsClient, close_tabs, open_tabs, update_browse_history
 from adapters.waa.client import ExecuteResult, WAAClient
 from adapters.waa.errors import WAAConnectionError, WAAError
@@ -80,24 +81,8 @@ def is_process_of(image: str, program: str) -> bool:
 
 
 # WAA step type -> the SetupRunner method that runs it (parameters are WAA's, by keyword).
-STEP_HANDLERS: dict[str, str] = {
-    "launch": "_launch",
-    "open": "_open",
-    "sleep": "_sleep_step",
-    "activate_window": "_activate_window",
-    "execute": "_execute",
-    "command": "_execute",
-    "create_folder": "_create_folder",
-    "create_file": "_create_file",
-    "recycle_file": "_recycle_file",
-    "download": "_download",
-    "close_all": "_close_all",
-    "chrome_open_tabs": "_open_tabs",
-    "edge_open_tabs": "_open_tabs",
-    "chrome_close_tabs": "_close_tabs",
-    "update_browse_history": "_update_history_chrome",
-    "update_browse_history_edge": "_update_history_edge",
-}
+STEP_HANDLERS: Registry[Callable[..., None]] = Registry("setup step type")
+step = STEP_HANDLERS.register
 
 
 class SetupStepError(RuntimeError):
@@ -134,9 +119,6 @@ class SetupRunner:
         self.launch_verify_seconds = launch_verify_seconds
         self.devtools_url = devtools_url
         self.notes: list[str] = []
-        self._handlers: dict[str, Callable[..., None]] = {
-            step_type: getattr(self, method) for step_type, method in STEP_HANDLERS.items()
-        }
 
     @property
     def supported_types(self) -> list[str]:
@@ -148,7 +130,7 @@ class SetupRunner:
             if not isinstance(step, dict) or not isinstance(step.get("type"), str):
                 raise SetupStepError(index, "?", f"step is not {{'type': ..., 'parameters': ...}}: {step!r:.200}")
             step_type = step["type"]
-            handler = self._handlers.get(step_type)
+            handler = STEP_HANDLERS.get(step_type)
             if handler is None:
                 raise SetupStepError(
                     index, step_type, f"unsupported step type; supported: {', '.join(self.supported_types)}"
@@ -157,7 +139,7 @@ class SetupRunner:
             if not isinstance(parameters, dict):
                 raise SetupStepError(index, step_type, f"parameters must be an object, got {type(parameters).__name__}")
             try:
-                handler(**parameters)
+                handler(self, **parameters)
             except EnvironmentFault:
                 raise
             except WAAError as exc:
@@ -175,6 +157,7 @@ class SetupRunner:
 
     # -- step handlers: keyword names are WAA's parameter names --------------------------------
 
+    @step("launch")
     def _launch(self, command: str | list[str], shell: bool = False) -> None:
         if not command:
             raise ValueError("empty command")
@@ -238,17 +221,22 @@ class SetupRunner:
                 )
             self._sleep(0.25)
 
+    @step("open")
     def _open(self, path: str) -> None:
         if not self.client.setup_open_file(path):
             raise ValueError(f"file to open does not exist on the VM: {path}")
 
+    @step("sleep")
     def _sleep_step(self, seconds: float) -> None:
         self._sleep(float(seconds))
 
+    @step("activate_window")
     def _activate_window(self, window_name: str, strict: bool = False, by_class: bool = False) -> None:
         if not self.client.setup_activate_window(window_name, strict=strict, by_class=by_class):
             raise ValueError(f"no window matching {window_name!r}")
 
+    @step("execute")
+    @step("command")
     def _execute(
         self,
         command: str | list[str],
@@ -293,21 +281,25 @@ class SetupRunner:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
 
+    @step("create_folder")
     def _create_folder(self, path: str) -> None:
         if not path:
             raise ValueError("empty path")
         self.client.setup_create_folder(path)
 
+    @step("create_file")
     def _create_file(self, path: str, content: str = "") -> None:
         if not path:
             raise ValueError("empty path")
         self.client.setup_create_file(path, content)
 
+    @step("recycle_file")
     def _recycle_file(self, path: str) -> None:
         if not path:
             raise ValueError("empty path")
         self.client.setup_recycle(path)
 
+    @step("close_all")
     def _close_all(self) -> None:
         self.client.setup_close_all()
 
@@ -316,18 +308,24 @@ class SetupRunner:
             raise ValueError("this VM has no browser DevTools endpoint configured")
         return DevToolsClient(self.devtools_url)
 
+    @step("chrome_open_tabs")
+    @step("edge_open_tabs")
     def _open_tabs(self, urls_to_open: list[str]) -> None:
         open_tabs(self._devtools(), urls_to_open, sleep=self._sleep)
 
+    @step("chrome_close_tabs")
     def _close_tabs(self, urls_to_close: list[str]) -> None:
         close_tabs(self._devtools(), urls_to_close, sleep=self._sleep)
 
+    @step("update_browse_history")
     def _update_history_chrome(self, history: list[dict[str, Any]]) -> None:
         update_browse_history(self.client, history, "chrome")
 
+    @step("update_browse_history_edge")
     def _update_history_edge(self, history: list[dict[str, Any]]) -> None:
         update_browse_history(self.client, history, "edge")
 
+    @step("download")
     def _download(self, files: list[dict[str, str]]) -> None:
         for entry in files:
             url, path = entry.get("url"), entry.get("path")

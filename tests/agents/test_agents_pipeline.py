@@ -18,7 +18,8 @@ def test_openai_agent_run_records_usage_and_never_the_key(
     prefect_server: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from adapters.agents import AgentOptions
-    from flows.evaluate_suite import SuiteRunConfig, run_suite
+    from flows.evaluate_suite import run_suite
+    from flows.run_config import SuiteRunConfig
 
     monkeypatch.setenv(KEY_ENV, SECRET)
     prices = tmp_path / "prices.json"

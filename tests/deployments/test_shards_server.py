@@ -77,7 +77,7 @@ def test_shard_config_splits_servers_budget_and_keeps_paths_portable() -> None:
     from adapters.vms.base import ResetLevel
     from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
     from flows.budget import RunBudget
-    from flows.evaluate_suite import SuiteRunConfig
+    from flows.run_config import SuiteRunConfig
     from flows.shard import shard_budget_limits, shard_config
 
     urls = [f"http://10.0.0.{i}:5000" for i in range(3)]
@@ -209,7 +209,7 @@ def _client(cluster: dict[str, Any]) -> Iterator[Any]:
 
 
 def _config(cluster: dict[str, Any], run_id: str, task_ids: list[str]) -> Any:
-    from flows.evaluate_suite import SuiteRunConfig
+    from flows.run_config import SuiteRunConfig
 
     return SuiteRunConfig(
         task_ids=task_ids,

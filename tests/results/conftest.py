@@ -35,7 +35,8 @@ class BundledRuns:
 @pytest.fixture(scope="session")
 def bundled_run_db(prefect_server: None, tmp_path_factory: pytest.TempPathFactory) -> BundledRuns:
     """The bundled suite run once per session through the real flow by the scripted and the random agent."""
-    from flows.evaluate_suite import SuiteRunConfig, run_suite
+    from flows.evaluate_suite import run_suite
+    from flows.run_config import SuiteRunConfig
 
     root = tmp_path_factory.mktemp("bundled-runs")
     db = root / "arena.duckdb"

@@ -20,7 +20,8 @@ from adapters.results.compare import (
     render_comparison_text,
 )
 from adapters.results.stats import mcnemar_exact, paired_difference_interval, unpaired_difference_interval
-from adapters.store.duckdb_store import ResultStore, RunInfo, StoreError, wilson_interval
+from adapters.results.stats import wilson_interval
+from adapters.store.duckdb_store import ResultStore, RunInfo, StoreError
 
 
 def _row(task_id: str, domain: str, outcome: str, attempt: int | None = None) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import pytest
 from scipy.stats import binomtest
 
 from adapters.results.stats import mcnemar_exact, paired_difference_interval, unpaired_difference_interval
-from adapters.store.duckdb_store import wilson_interval
+from adapters.results.stats import wilson_interval
 
 
 def _rounded(interval: tuple[float, float] | None) -> tuple[float, float]:

@@ -119,7 +119,7 @@ def _azure(backends: Backends, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 def test_bundled_suite_on_a_cloud_pool_leaves_nothing_behind(
     prefect_server: None, backends: Backends, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make: Any
 ) -> None:
-    from flows.evaluate_suite import evaluate_task
+    from flows.pool_engine import Lanes, WorkQueue, attempt_task
 
     provider, stop_cloud = make(backends, tmp_path, monkeypatch)
     try:
@@ -138,11 +138,11 @@ def test_bundled_suite_on_a_cloud_pool_leaves_nothing_behind(
         )
         with ResultStore(tmp_path / "cloud.duckdb") as store:
             store.start_run(RunInfo(run_id="cloudrun", agent="scripted", suite="bundled", provider=provider.name))
+            lanes = Lanes(work=WorkQueue(CATALOG.tasks()), pool=pool, attempt=ctx, store=store, run_id="cloudrun",
+                          max_attempts=2)
             try:
                 with ThreadPoolExecutor(max_workers=SIZE) as executor:
-                    results = list(
-                        executor.map(lambda t: evaluate_task(t, pool, ctx, store, "cloudrun", 2), CATALOG.tasks())
-                    )
+                    results = list(executor.map(lambda t: attempt_task(t, lanes), CATALOG.tasks()))
             finally:
                 pool.teardown()
             rows = store.latest_attempts("cloudrun")

@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from adapters.registry import Registry
 from adapters.waa.errors import WAAHTTPError
 from adapters.waa.evaluator.errors import EvaluationConfigError, HostNetworkError, require
 from adapters.waa.evaluator.vm import VMConnection
@@ -48,21 +49,14 @@ class GetterContext:
 
 
 Getter = Callable[[GetterContext, dict[str, Any]], Any]
-GETTERS: dict[str, Getter] = {}
+GETTERS: Registry[Getter] = Registry("getter type")
 
 _F = TypeVar("_F", bound=Getter)
 
 
 def getter(name: str) -> Callable[[_F], _F]:
     """Register a getter under the spec `type` it serves."""
-
-    def register(fn: _F) -> _F:
-        if name in GETTERS:
-            raise ValueError(f"getter {name!r} registered twice")
-        GETTERS[name] = fn
-        return fn
-
-    return register
+    return GETTERS.register(name)
 
 
 def soft_call(ctx: GetterContext, what: str, call: Callable[[], Any], default: Any) -> Any:

@@ -18,24 +18,18 @@ import json
 import re
 from typing import Any, Callable, TypeVar
 
+from adapters.registry import Registry
 from adapters.waa.evaluator.errors import EvaluationConfigError, require
 
 Metric = Callable[..., Any]
-METRICS: dict[str, Metric] = {}
+METRICS: Registry[Metric] = Registry("metric")
 
 _F = TypeVar("_F", bound=Metric)
 
 
 def metric(name: str) -> Callable[[_F], _F]:
     """Register a metric under the name evaluator specs use in `func`."""
-
-    def register(fn: _F) -> _F:
-        if name in METRICS:
-            raise ValueError(f"metric {name!r} registered twice")
-        METRICS[name] = fn
-        return fn
-
-    return register
+    return METRICS.register(name)
 
 
 def _read_text(path: str) -> str:

@@ -1,0 +1,76 @@
+"""VM providers by name: the one table a new provider is added to.
+
+Each entry builds a provider from plain `ProviderSettings`, so flows, the CLI and deployments
+never name a provider's class: `build_provider("aws", settings)`. A new provider is a module
+under adapters/vms/ with a `VMProvider` subclass, plus one `@PROVIDERS.register(name)` builder
+here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from adapters.registry import Registry
+from adapters.vms.base import VMProvider
+from adapters.vms.existing import DEFAULT_SERVER_WAIT_SECONDS
+from adapters.vms.settings import load_cloud_settings
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    """Everything any provider may be built from; each provider reads only what it needs."""
+
+    run_id: str  # tags cloud resources (the janitor and crash hooks find them by it)
+    cloud_config: Path | None = None  # aws/azure: TOML settings (else $ARENA_CONFIG / ./arena.toml)
+    waa_urls: list[str] = field(default_factory=list)  # existing: the servers (extra ones are spares)
+    server_wait_seconds: float = DEFAULT_SERVER_WAIT_SECONDS  # existing: wait before retiring a server
+    quirks: bool = False  # local: reproduce a real WAA server's quirks
+    quirk_settings: dict[str, Any] | None = None  # local with quirks: override the knobs
+
+
+PROVIDERS: Registry[Callable[[ProviderSettings], VMProvider]] = Registry("VM provider")
+
+
+@PROVIDERS.register("local")
+def _local(settings: ProviderSettings) -> VMProvider:
+    from adapters.vms.local import LocalSimulationProvider
+
+    return LocalSimulationProvider(quirks=settings.quirks, quirk_settings=settings.quirk_settings)
+
+
+@PROVIDERS.register("existing")
+def _existing(settings: ProviderSettings) -> VMProvider:
+    from adapters.vms.existing import ExistingServersProvider
+
+    return ExistingServersProvider(settings.waa_urls, server_wait_seconds=settings.server_wait_seconds)
+
+
+@PROVIDERS.register("aws")
+def _aws(settings: ProviderSettings) -> VMProvider:
+    cloud = load_cloud_settings(settings.cloud_config)
+    if cloud.aws is None:
+        raise ValueError("provider 'aws' needs an [aws] section in the cloud config (or ARENA_AWS__* variables)")
+    from adapters.vms.aws import AWSProvider
+
+    return AWSProvider(cloud.aws, settings.run_id)
+
+
+@PROVIDERS.register("azure")
+def _azure(settings: ProviderSettings) -> VMProvider:
+    cloud = load_cloud_settings(settings.cloud_config)
+    if cloud.azure is None:
+        raise ValueError("provider 'azure' needs an [azure] section in the cloud config (or ARENA_AZURE__* variables)")
+    from adapters.vms.azure import AzureProvider
+
+    return AzureProvider(cloud.azure, settings.run_id)
+
+
+PROVIDER_NAMES: tuple[str, ...] = tuple(PROVIDERS)
+
+
+def build_provider(name: str, settings: ProviderSettings) -> VMProvider:
+    """The provider registered as `name`; unknown names and bad settings raise ValueError."""
+    return PROVIDERS.lookup(name)(settings)

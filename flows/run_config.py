@@ -1,0 +1,161 @@
+"""What defines one evaluation run (`SuiteRunConfig`, stored with the run for provenance) and
+what a run gives back (`RunOutcome`).
+
+Flows, the CLI, deployments and benchmarks build a run from this one model; nothing here runs
+anything.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from adapters.agents import AgentOptions
+from adapters.benchmark import BenchmarkResult
+from adapters.vms.base import ResetLevel
+from adapters.vms.existing import DEFAULT_SERVER_WAIT_SECONDS
+from adapters.vms.registry import PROVIDERS, ProviderSettings
+from adapters.waa.catalog import bundled_suite_dir
+from flows.attempt import DEFAULT_STAGE_TIMEOUTS, validate_stage_timeouts
+from flows.summary import RunCompleteness
+
+
+class SuiteRunConfig(BaseModel):
+    """Everything that defines one evaluation run; stored with the run for provenance."""
+
+    suite_dir: Path = Field(default_factory=bundled_suite_dir)
+    difficulty: Literal["normal", "hard"] = "normal"
+    domains: list[str] | None = None
+    task_ids: list[str] | None = None
+    agent: str = "scripted"
+    agent_options: AgentOptions = Field(default_factory=AgentOptions)
+    # Provenance only: the checkpoint behind `agent_options.model`, when a fine-tuning job
+    # announced one (recorded in runs.model_checkpoint).
+    model_checkpoint: str | None = None
+    pool_size: int = Field(default=4, ge=1, le=64)
+    provider: str = "local"  # a name in adapters/vms/registry.py PROVIDERS
+    cloud_config: Path | None = None  # aws/azure: TOML settings file (else $ARENA_CONFIG / ./arena.toml)
+    quirks: bool = False  # local provider: reproduce a real WAA server's quirks
+    # local provider with quirks: override quirks-mode knobs (adapters/waa/localenv/quirks.py)
+    quirk_settings: dict[str, Any] | None = None
+    # existing provider: one server per pool slot, the rest spares for servers that stop answering
+    waa_urls: list[str] = Field(default_factory=list)
+    # existing provider: how long to wait for a server to answer (at start, and again after it
+    # failed an attempt) before it is retired
+    server_wait_seconds: float = Field(default=DEFAULT_SERVER_WAIT_SECONDS, gt=0)
+    reset_level: ResetLevel = ResetLevel.SNAPSHOT
+    max_steps: int = Field(default=15, ge=1)
+    episode_timeout_seconds: float = Field(default=1200.0, gt=0)
+    # Hard wall-clock limit per stage (reset, setup, episode, evaluate), enforced in our code
+    # (flows/attempt.py); a stage past its limit ends the attempt as "timeout" and its VM is
+    # replaced. "episode" defaults to episode_timeout_seconds + 30 s (the soft limit is checked
+    # between steps; the hard one catches a step blocked in a call).
+    stage_timeouts: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_STAGE_TIMEOUTS))
+    max_attempts: int = Field(default=3, ge=1)
+    # Run budget (None = unlimited). When one is reached, lanes take no new task and start no
+    # retry; the run ends with status "budget_exhausted". Cost = the results' model cost +
+    # VM-hours of the pool * vm_hour_price_usd. Cost and tokens include earlier invocations of a
+    # resumed run (their VM cost from recorded vm_seconds); wall seconds count this invocation.
+    max_wall_seconds: float | None = Field(default=None, gt=0)
+    max_cost_usd: float | None = Field(default=None, ge=0)
+    max_tokens: int | None = Field(default=None, ge=0)
+    vm_hour_price_usd: float = Field(default=0.0, ge=0)
+    # Pause after each action before observing; None = the provider's default (3 s on real VMs,
+    # 0 on the simulation). Benchmarks use it to simulate per-step latency.
+    settle_seconds: float | None = Field(default=None, ge=0)
+    db_path: Path = Path("results/arena.duckdb")
+    # Screenshots. In shard mode every shard writes here on its own host: use a path on a
+    # filesystem shared by all hosts (mounted at the same path), or the report lacks the
+    # screenshots of remote shards.
+    artifacts_dir: Path = Path("results/artifacts")
+    run_id: str | None = None
+    # Shard mode (flows/shard.py, docs/deployments.md): 0 = every task runs in this flow run's
+    # process. N > 0 = the tasks still to do are split into N balanced shards, each run as a flow
+    # run of `shard_deployment` ("flow/deployment") on whichever worker picks it up, each on its
+    # own pool of `pool_size` VMs. A shard run no worker has started after
+    # `shard_start_timeout_seconds` is cancelled and its tasks stay missing.
+    shards: int = Field(default=0, ge=0, le=64)
+    shard_deployment: str = "evaluate-shard/shard"
+    shard_start_timeout_seconds: float = Field(default=900.0, gt=0)
+
+    @field_validator("stage_timeouts")
+    @classmethod
+    def _known_stages(cls, value: dict[str, float]) -> dict[str, float]:
+        return validate_stage_timeouts(value)
+
+    @field_validator("provider")
+    @classmethod
+    def _known_provider(cls, value: str) -> str:
+        PROVIDERS.lookup(value)  # UnknownName (a ValueError) lists the known providers
+        return value
+
+    @model_validator(mode="after")
+    def _provider_fits(self) -> SuiteRunConfig:
+        if self.quirk_settings is not None and not (self.provider == "local" and self.quirks):
+            raise ValueError("quirk_settings need provider 'local' with quirks=True")
+        if self.provider == "existing":
+            if not self.waa_urls:
+                raise ValueError("provider 'existing' needs at least one WAA server URL (waa_urls)")
+            if "pool_size" not in self.model_fields_set:
+                self.pool_size = len(self.waa_urls)  # one lane per server unless told otherwise
+            if self.pool_size > len(self.waa_urls):
+                raise ValueError(
+                    f"pool size {self.pool_size} needs at least {self.pool_size} WAA server URLs; "
+                    f"got {len(self.waa_urls)} (extra URLs are spares)"
+                )
+            if self.reset_level is not ResetLevel.SETUP:
+                raise ValueError(
+                    f"existing WAA servers cannot be reset at level {self.reset_level.value!r}; use 'setup'"
+                )
+            if self.shards and len(self.waa_urls) < self.shards:
+                # Each shard drives its own servers (waa_urls[k::shards]); two shards on one
+                # server would reset each other's tasks.
+                raise ValueError(
+                    f"shards={self.shards} with provider 'existing' needs at least one WAA server per shard; "
+                    f"got {len(self.waa_urls)} URL(s)"
+                )
+        if self.shards and self.shard_deployment.count("/") != 1:
+            raise ValueError(
+                f"shard_deployment must name a deployment as 'flow/deployment', got {self.shard_deployment!r}"
+            )
+        return self
+
+    def provider_settings(self, run_id: str) -> ProviderSettings:
+        """What the configured provider is built from (`resource_id` tags its cloud resources)."""
+        return ProviderSettings(
+            run_id=run_id,
+            cloud_config=self.cloud_config,
+            waa_urls=list(self.waa_urls),
+            server_wait_seconds=self.server_wait_seconds,
+            quirks=self.quirks,
+            quirk_settings=self.quirk_settings,
+        )
+
+    def resolved_agent_options(self) -> AgentOptions:
+        """Agent options with the suite's own solution plans filled in for the scripted agent."""
+        if self.agent_options.plans_path is not None:
+            return self.agent_options
+        candidate = self.suite_dir / "solutions.json"
+        return self.agent_options.model_copy(update={"plans_path": candidate if candidate.exists() else None})
+
+
+class RunOutcome(BaseModel):
+    run_id: str
+    db_path: Path
+    results: list[BenchmarkResult]  # the last attempt of each task run by this invocation
+    table: str
+    status: str = "completed"
+    completeness: RunCompleteness | None = None
+    # Shard mode: one line per shard run that returned no results (naming its flow run); the
+    # tasks of those shards count as missing in `completeness`.
+    shard_errors: list[str] = Field(default_factory=list)
+    # VMs that never came up or could not be replaced (e.g. an existing server that died).
+    pool_errors: list[str] = Field(default_factory=list)
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
