@@ -8,16 +8,13 @@ last attempt), and every rendering shows it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
 from adapters.benchmark import BenchmarkTask, OutcomeKind
 from adapters.results.metrics import RunMetrics
 from adapters.store.duckdb_store import ResultStore
-
-if TYPE_CHECKING:
-    from flows.budget import RunBudget
 
 
 class RunCompleteness(BaseModel):
@@ -170,9 +167,16 @@ def summary_markdown(
     return "\n".join(out)
 
 
-def run_completeness(
-    store: ResultStore, run_id: str, tasks: list[BenchmarkTask], budget: "RunBudget"
-) -> RunCompleteness:
+class BudgetReading(Protocol):
+    """What completeness reads of the run's budget (flows/budget.py RunBudget)."""
+
+    reason: str | None
+    tokens: int
+
+    def cost_usd(self) -> float: ...
+
+
+def run_completeness(store: ResultStore, run_id: str, tasks: list[BenchmarkTask], budget: BudgetReading) -> RunCompleteness:
     """What share of the selected tasks has a final result, and why the rest has none."""
     final = store.finished_task_ids(run_id)
     latest = {r["task_id"]: r["outcome"] for r in store.latest_attempts(run_id)}
