@@ -20,7 +20,7 @@ from flows.baselines import (
 from flows.run_config import SuiteRunConfig
 from flows.notify import model_updated_event
 
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[2]
 
 
 def test_deployment_defaults_round_trip() -> None:

@@ -16,7 +16,7 @@ from adapters.waa.catalog import (
     bundled_suite_dir,
 )
 
-WAA_TASKS = Path(__file__).resolve().parents[2] / "shared" / "waa-tasks"
+WAA_TASKS = Path(__file__).resolve().parents[3] / "shared" / "waa-tasks"
 
 # WAA's published per-domain counts (test_all.json, upstream commit 6d39ed8).
 WAA_COUNTS = {
@@ -214,7 +214,7 @@ def test_content_hash(waa_root: Path, catalog: WAATaskCatalog, suite_copy: Path)
 def test_bundled_suite_dir() -> None:
     path = bundled_suite_dir()
     assert path.name == "bundled_suite"
-    assert path.parent == Path(__file__).resolve().parents[1] / "adapters" / "waa"
+    assert path.parent == Path(__file__).resolve().parents[2] / "adapters" / "waa"
     if (path / "test_all.json").is_file():
         # Written by another component; when present it must load cleanly.
         assert WAATaskCatalog(path).tasks()

@@ -24,7 +24,7 @@ from adapters.waa.evaluator import METRICS
 from adapters.waa.evaluator.errors import MissingDependencyError
 
 M = METRICS
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TASKS = Path("/work/shared/waa-tasks/examples")
 
 DOC_METRICS = [

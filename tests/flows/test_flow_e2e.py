@@ -41,7 +41,7 @@ def test_scripted_agent_solves_the_bundled_suite(prefect_server: None, tmp_path:
     assert run[0] == "completed" and run[1] == "local-simulation" and run[2] == len(bundled_ids) and run[3]
     assert "ALL" in outcome.table and "100.0%" in outcome.table and "LOCAL SIMULATION" in outcome.table
     # The README's query runs as written and agrees with the run.
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     query = re.search(r"```sql\n(.*?)```", readme, re.S).group(1)
     by_domain = _rows(db, query)
     assert sum(r[1] for r in by_domain) == len(bundled_ids) and all(r[2] == 1.0 for r in by_domain)

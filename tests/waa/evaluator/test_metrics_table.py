@@ -647,7 +647,7 @@ def test_module_imports_without_office_packages():
         "try:\n    m.compare_table('x.xlsx', 'y.xlsx', rules=[])\n"
         "except MissingDependencyError as e:\n    print('extra', e.extra)\n"
     )
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, env={"PYTHONPATH": str(root)},
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

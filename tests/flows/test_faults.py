@@ -36,7 +36,7 @@ from adapters.benchmark import (
 )
 from adapters.waa.catalog import bundled_suite_dir
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SIM_MODULE = "adapters.waa.localenv"
 
 

@@ -196,7 +196,7 @@ def test_failsafe_over_http(client):
 
 def test_refuses_remote_host_and_reports_startup_failure(tmp_path):
     r = subprocess.run([sys.executable, "-m", "adapters.waa.localenv", "--host", "0.0.0.0", "--root", str(tmp_path)],
-                       capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=30)
+                       capture_output=True, text=True, cwd=Path(__file__).resolve().parents[3], timeout=30)
     assert r.returncode == 2 and "non-loopback" in r.stderr
     with pytest.raises(LocalEnvError, match="screen too small"):
         start_local_env(tmp_path / "r", width=10, height=10, startup_timeout=20)

@@ -120,7 +120,7 @@ def test_not_ready_fallback_is_503_in_process(tmp_path):
 
 def test_cli_refuses_quirk_knobs_without_quirks(tmp_path):
     r = subprocess.run([sys.executable, "-m", "adapters.waa.localenv", "--root", str(tmp_path), "--ready-delay", "1"],
-                       capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=30)
+                       capture_output=True, text=True, cwd=Path(__file__).resolve().parents[3], timeout=30)
     assert r.returncode == 2 and "need --quirks" in r.stderr
 
 
