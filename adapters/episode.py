@@ -24,7 +24,7 @@ from adapters.benchmark import (
     StepRecord,
     UnparseableReplyError,
 )
-from adapters.outcomes import EnvironmentFault
+from adapters.outcomes import EnvironmentFault, agent_error_outcome
 from adapters.waa.actions import ActionTranslationError
 from adapters.waa.errors import WAAError
 from adapters.waa.live import ActionRejected
@@ -110,21 +110,11 @@ def run_episode(
             outcome.phase = "agent"
             try:
                 action = agent.act(task, observation, list(outcome.steps))
-            except AgentInfrastructureError as exc:
+            except Exception as exc:  # noqa: BLE001 - whose fault it is: adapters/outcomes.py (R3, R8)
                 outcome.agent_seconds += time.monotonic() - t0
-                outcome.final_outcome = OutcomeKind.INFRASTRUCTURE_ERROR
-                outcome.error = f"agent {agent.name} backend failed: {exc}"
-                outcome.agent_backend_failed = True
-                return outcome
-            except UnparseableReplyError as exc:
-                outcome.agent_seconds += time.monotonic() - t0
-                outcome.final_outcome = OutcomeKind.AGENT_FAILURE
-                outcome.error = f"agent {agent.name}: {exc}; raw reply: {exc.raw_reply[:MAX_RAW_REPLY]!r}"
-                return outcome
-            except Exception as exc:  # noqa: BLE001 - any other agent crash is the agent's failure
-                outcome.agent_seconds += time.monotonic() - t0
-                outcome.final_outcome = OutcomeKind.AGENT_FAILURE
-                outcome.error = f"agent {agent.name} raised {type(exc).__name__}: {exc}"
+                outcome.final_outcome = agent_error_outcome(exc)
+                outcome.agent_backend_failed = isinstance(exc, AgentInfrastructureError)
+                outcome.error = _agent_error_text(agent, exc)
                 return outcome
             finally:
                 usage = agent.last_usage()
@@ -186,6 +176,15 @@ def run_episode(
         return _environment_failed(outcome, EnvironmentFault.from_error(outcome.phase, exc), None)
     finally:
         outcome.phase = "done"
+
+
+def _agent_error_text(agent: BenchmarkAgent, exc: Exception) -> str:
+    """What the stored result says about an exception from the agent."""
+    if isinstance(exc, AgentInfrastructureError):
+        return f"agent {agent.name} backend failed: {exc}"
+    if isinstance(exc, UnparseableReplyError):
+        return f"agent {agent.name}: {exc}; raw reply: {exc.raw_reply[:MAX_RAW_REPLY]!r}"
+    return f"agent {agent.name} raised {type(exc).__name__}: {exc}"
 
 
 def _environment_failed(outcome: EpisodeOutcome, fault: EnvironmentFault, step: int | None) -> EpisodeOutcome:

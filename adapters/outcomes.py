@@ -58,7 +58,7 @@ import re
 
 import requests
 
-from adapters.benchmark import OutcomeKind
+from adapters.benchmark import AgentInfrastructureError, OutcomeKind
 from adapters.waa.errors import WAAConnectionError, WAAError, WAAHTTPError
 
 
@@ -160,6 +160,32 @@ def classify_download_error(error: requests.RequestException) -> Fault:
     if response is not None and response.status_code >= 500:
         return Fault.ENVIRONMENT
     return Fault.TASK_DATA
+
+
+def agent_error_outcome(error: BaseException) -> OutcomeKind:
+    """An exception from the agent's `act`: its model endpoint failing is infrastructure of the
+    agent's backend (R8); anything else it raised (a crash, an unparseable reply) is its own."""
+    if isinstance(error, AgentInfrastructureError):
+        return OutcomeKind.INFRASTRUCTURE_ERROR
+    return OutcomeKind.AGENT_FAILURE
+
+
+def stage_timeout_outcome(stage: str, waiting_on_agent: bool) -> OutcomeKind:
+    """A stage past its hard wall-clock limit (R7): blocked on the agent is the agent's timeout;
+    blocked on the WAA server (reset, setup, evaluate, or the environment inside an episode)
+    is infrastructure."""
+    return OutcomeKind.TIMEOUT if stage == "episode" and waiting_on_agent else OutcomeKind.INFRASTRUCTURE_ERROR
+
+
+def evaluation_error_outcome(error: BaseException) -> OutcomeKind | None:
+    """R9, for an exception inside the evaluator: the VM or the host's network out of reach is
+    infrastructure, a spec the evaluator cannot carry out is an evaluation error; None leaves
+    the exception to WAA's own rule for where it happened (score 0, or an evaluation error)."""
+    if isinstance(error, (WAAConnectionError, EnvironmentFault)):
+        return OutcomeKind.INFRASTRUCTURE_ERROR
+    # The evaluator's own errors say which outcome they produce (adapters/waa/evaluator/errors.py).
+    outcome = getattr(error, "outcome", None)
+    return outcome if isinstance(outcome, OutcomeKind) else None
 
 
 def evaluation_outcome(kind: str, score: float) -> OutcomeKind:

@@ -41,7 +41,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from adapters.benchmark import BenchmarkAgent, BenchmarkResult, BenchmarkTask, ModelUsage, OutcomeKind, StepRecord
 from adapters.episode import EpisodeLimits, EpisodeOutcome
-from adapters.outcomes import EnvironmentFault
+from adapters.outcomes import EnvironmentFault, stage_timeout_outcome
 from adapters.vms.base import ProviderError, ResetLevel, VMHandle, VMProvider
 from adapters.waa.catalog import WAATaskCatalog
 from adapters.waa.client import WAAClient
@@ -202,8 +202,8 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
         timed("reset", reset_vm, ctx.provider, vm, ctx.reset_level, task)
     except (ProviderError, WAAError) as exc:
         return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=f"reset ({ctx.reset_level.value}) failed: {exc}")
-    except StageTimeout as exc:  # R7: only the environment works in this stage
-        return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=str(exc))
+    except StageTimeout as exc:  # only the environment works in this stage
+        return finish(stage_timeout_outcome("reset", waiting_on_agent=False), error=str(exc))
 
     adapter = WAALiveAdapter(
         WAAClient(vm.base_url),
@@ -227,16 +227,15 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
         try:
             timed("episode", play_episode, adapter, agent, task, ctx.limits, screenshot_dir, episode)
         except StageTimeout as exc:
-            # R7: blocked in the environment = the server did not answer; in the agent = timeout.
-            steps = list(episode.steps)
-            if episode.phase == "agent":
-                return finish(OutcomeKind.TIMEOUT, error=str(exc), steps=steps, usage=episode.usage, unhealthy=True)
+            # Blocked in the environment = the server did not answer; in the agent = timeout (R7).
+            on_agent = episode.phase == "agent"
             waiting = "the first observation" if episode.phase == "observe" else "an action or observation"
             return finish(
-                OutcomeKind.INFRASTRUCTURE_ERROR,
-                error=f"{exc}; the WAA server did not answer {waiting} (attempt not scored)",
-                steps=steps,
+                stage_timeout_outcome("episode", waiting_on_agent=on_agent),
+                error=str(exc) if on_agent else f"{exc}; the WAA server did not answer {waiting} (attempt not scored)",
+                steps=list(episode.steps),
                 usage=episode.usage,
+                unhealthy=True,
             )
         agent_details = agent.config()
         timings["agent"] = episode.agent_seconds
@@ -253,8 +252,8 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
 
         evaluation = timed("evaluate", evaluate_state, adapter, task)
         return finish(evaluation.outcome, base=evaluation, steps=episode.steps, usage=episode.usage, agent=agent_details)
-    except StageTimeout as exc:  # setup or evaluate blocked: the server did not answer (R7)
-        return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=f"{exc}; the WAA server did not answer")
+    except StageTimeout as exc:  # setup or evaluate blocked: the server did not answer
+        return finish(stage_timeout_outcome(exc.stage, waiting_on_agent=False), error=f"{exc}; the WAA server did not answer")
     except Exception as exc:  # noqa: BLE001 - an unforeseen failure still yields one result
         return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=f"unexpected {type(exc).__name__}: {exc}")
     finally:

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from adapters.outcomes import EnvironmentFault
+from adapters.benchmark import OutcomeKind
+from adapters.outcomes import evaluation_error_outcome
 from adapters.waa.errors import WAAConnectionError
-from adapters.waa.evaluator.errors import EvaluationConfigError, HostNetworkError
 from adapters.waa.evaluator.getters import GETTERS, GetterContext
 from adapters.waa.evaluator.metrics import METRICS
 from adapters.waa.evaluator.vm import VMConnection
@@ -122,12 +122,12 @@ def _describe(exc: BaseException) -> str:
 
 
 def _raise_if_infrastructure(exc: BaseException, where: str) -> None:
-    if isinstance(exc, WAAConnectionError):
-        raise _Stop("infrastructure_error", f"{where}: VM unreachable ({exc})") from exc
-    if isinstance(exc, HostNetworkError):
-        raise _Stop("infrastructure_error", f"{where}: {exc}") from exc
-    if isinstance(exc, EvaluationConfigError):
-        raise _Stop("evaluation_error", f"{where}: {exc}") from exc
+    """End the evaluation when adapters/outcomes.py (rule R9) says the exception decides it."""
+    outcome = evaluation_error_outcome(exc)
+    if outcome is None:
+        return
+    detail = f"VM unreachable ({exc})" if isinstance(exc, WAAConnectionError) else str(exc)
+    raise _Stop(outcome.value, f"{where}: {detail}") from exc  # type: ignore[arg-type]
 
 
 # -- spec normalisation (mirrors what WAA's _set_task_info accepts) --------------------------------
@@ -336,10 +336,8 @@ def _postconfig(spec: dict[str, Any], run_postconfig: Callable[[list[dict[str, A
     try:
         run_postconfig(steps)
     except Exception as exc:  # noqa: BLE001 - classified below
-        if isinstance(exc, WAAConnectionError):
-            raise _Stop("infrastructure_error", f"postconfig: VM unreachable ({exc})") from exc
-        if isinstance(exc, EnvironmentFault):  # the server failed a postconfig step (R6)
-            raise _Stop("infrastructure_error", f"postconfig: {exc}") from exc
+        if evaluation_error_outcome(exc) is OutcomeKind.INFRASTRUCTURE_ERROR:  # R6/R9
+            _raise_if_infrastructure(exc, "postconfig")
         raise _Stop("evaluation_error", f"postconfig failed: {_describe(exc)}") from exc
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from adapters.benchmark import OutcomeKind
+
 
 class EvaluatorError(Exception):
     """Base class of the evaluator's own errors."""
@@ -18,6 +20,8 @@ class EvaluatorError(Exception):
 class EvaluationConfigError(EvaluatorError):
     """The evaluation cannot be carried out as specified (bad spec, unknown name, offline cache
     miss, ...). Always ends as an `evaluation_error`, even where WAA would have scored 0."""
+
+    outcome = OutcomeKind.EVALUATION_ERROR  # read by adapters/outcomes.py (rule R9)
 
 
 class MissingDependencyError(EvaluationConfigError):
@@ -47,3 +51,5 @@ def require(module: str, *, what: str, packages: str, extra: str) -> ModuleType:
 class HostNetworkError(EvaluatorError):
     """The evaluation host could not reach an outside server (e.g. a cloud_file URL): a transient
     infrastructure problem, so the outcome is an `infrastructure_error` and the task is retried."""
+
+    outcome = OutcomeKind.INFRASTRUCTURE_ERROR  # read by adapters/outcomes.py (rule R9)
