@@ -48,24 +48,28 @@ def _existing(settings: ProviderSettings) -> VMProvider:
     return ExistingServersProvider(settings.waa_urls, server_wait_seconds=settings.server_wait_seconds)
 
 
+def _cloud_section(settings: ProviderSettings, name: str) -> Any:
+    """The provider's section of the cloud settings; a missing one is a clear error."""
+    section = getattr(load_cloud_settings(settings.cloud_config), name)
+    if section is None:
+        raise ValueError(
+            f"provider {name!r} needs an [{name}] section in the cloud config (or ARENA_{name.upper()}__* variables)"
+        )
+    return section
+
+
 @PROVIDERS.register("aws")
 def _aws(settings: ProviderSettings) -> VMProvider:
-    cloud = load_cloud_settings(settings.cloud_config)
-    if cloud.aws is None:
-        raise ValueError("provider 'aws' needs an [aws] section in the cloud config (or ARENA_AWS__* variables)")
     from adapters.vms.aws import AWSProvider
 
-    return AWSProvider(cloud.aws, settings.run_id)
+    return AWSProvider(_cloud_section(settings, "aws"), settings.run_id)
 
 
 @PROVIDERS.register("azure")
 def _azure(settings: ProviderSettings) -> VMProvider:
-    cloud = load_cloud_settings(settings.cloud_config)
-    if cloud.azure is None:
-        raise ValueError("provider 'azure' needs an [azure] section in the cloud config (or ARENA_AZURE__* variables)")
     from adapters.vms.azure import AzureProvider
 
-    return AzureProvider(cloud.azure, settings.run_id)
+    return AzureProvider(_cloud_section(settings, "azure"), settings.run_id)
 
 
 PROVIDER_NAMES: tuple[str, ...] = tuple(PROVIDERS)
