@@ -30,13 +30,17 @@ from adapters.store.duckdb_store import StoreError
 # Exit status of `arena run` by run status: cron and CI see anything but a complete run as a failure.
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
-RUN_EXIT_CODES: dict[str, int] = {"completed": 0, "failed": EXIT_FAILED, "incomplete": 3, "budget_exhausted": 4}
+EXIT_INTERRUPTED = 130  # the shell's code for a process stopped by Ctrl-C (128 + SIGINT)
+RUN_EXIT_CODES: dict[str, int] = {
+    "completed": 0, "failed": EXIT_FAILED, "incomplete": 3, "budget_exhausted": 4, "cancelled": 5,
+    "interrupted": EXIT_INTERRUPTED,
+}
 
 
 def _run(args: argparse.Namespace) -> int:
     from adapters.agents import AgentOptions, build_agent
     from flows.evaluate_suite import run_suite
-    from flows.run_config import SuiteRunConfig
+    from flows.run_config import SuiteRunConfig, new_run_id
 
     agent_options = AgentOptions(
         **{k: v for k, v in {
@@ -52,7 +56,7 @@ def _run(args: argparse.Namespace) -> int:
             "demo_retriever": args.demo_retriever,
             "demo_backend": args.demo_backend,
             "policy_url": args.policy_url,
-            "policy_headers_env": dict(h.split("=", 1) for h in args.policy_header_env or []) or None,
+            "policy_headers_env": dict(_pairs("--policy-header-env", "HEADER=ENV_VAR", args.policy_header_env)) or None,
         }.items() if v is not None}
     )
     config = SuiteRunConfig(
@@ -79,19 +83,31 @@ def _run(args: argparse.Namespace) -> int:
             "max_tokens": args.max_tokens,
             "vm_hour_price_usd": args.vm_hour_price,
             "shards": args.shards,
-            "stage_timeouts": dict(
-                (k, float(v)) for k, v in (t.split("=", 1) for t in args.stage_timeout)
-            ) if args.stage_timeout else None,
+            "stage_timeouts": {
+                stage: _seconds("--stage-timeout", stage, value)
+                for stage, value in _pairs("--stage-timeout", "STAGE=SECONDS", args.stage_timeout)
+            } if args.stage_timeout else None,
             "server_wait_seconds": args.server_wait,
             **({"provider": "existing", "waa_urls": args.waa_url,
                 "pool_size": args.pool_size or len(args.waa_url)} if args.waa_url else {}),
         }.items() if v is not None}
     )
-    build_agent(config.agent, config.resolved_agent_options())  # fail fast, before Prefect starts
+    # Fail fast, before Prefect starts: the suite and selection, the paths, then the agent.
+    config.preflight()
+    if config.run_id is None:
+        config = config.model_copy(update={"run_id": new_run_id()})  # named in the resume hint
+    build_agent(config.agent, config.resolved_agent_options())
     from flows.terminal import quiet_expected_tracebacks
 
     quiet_expected_tracebacks()
-    outcome = run_suite(config)
+    try:
+        outcome = run_suite(config)
+    except KeyboardInterrupt:
+        print(
+            f"arena: interrupted; attempts recorded so far are kept (resume with --run-id {config.run_id})",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     print("\n" + outcome.table)
     if outcome.status != "completed":
         print(f"\nRun status: {outcome.status} (rerun with --run-id {outcome.run_id} to finish it)")
@@ -105,6 +121,24 @@ def _run(args: argparse.Namespace) -> int:
         print(f"arena: run {outcome.run_id} ended {outcome.status}: {missing} task(s) without a final result",
               file=sys.stderr)
     return code
+
+
+def _pairs(option: str, form: str, values: list[str] | None) -> list[tuple[str, str]]:
+    """KEY=VALUE option values split, or ValueError naming the option and the expected form."""
+    pairs = []
+    for value in values or []:
+        key, sep, rest = value.partition("=")
+        if not sep or not key or not rest:
+            raise ValueError(f"{option} {value!r}: expected {form}")
+        pairs.append((key, rest))
+    return pairs
+
+
+def _seconds(option: str, key: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{option} {key}={value!r}: {value!r} is not a number of seconds") from None
 
 
 def _tasks_list(args: argparse.Namespace) -> int:

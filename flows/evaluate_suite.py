@@ -119,6 +119,9 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
                 results = evaluate_on_pool(request, todo)
             completeness = run_completeness(store, run_id, tasks, budget)
             status = completeness.status
+        except KeyboardInterrupt:
+            status = "interrupted"  # Ctrl-C: recorded attempts stand; a resume finishes the run
+            raise
         finally:
             store.finish_run(run_id, status)
             progress.finish(status)

@@ -58,6 +58,10 @@ from tasks.provision import provision_pool
 from tasks.record import record_result
 
 
+# How long a stopped run waits for its running attempts before tearing the pool down.
+STOP_GRACE_SECONDS = 30.0
+
+
 @dataclass
 class PoolRunRequest:
     """One pool's share of a run: what `evaluate_on_pool` needs besides the tasks.
@@ -114,6 +118,7 @@ class WorkQueue:
 
     def __init__(self, tasks: list[BenchmarkTask], first_attempts: dict[str, int] | None = None) -> None:
         self._todo: deque[BenchmarkTask] = deque(tasks)
+        self._closed = False
         self._running = 0
         self._lock = threading.Lock()
         # Lowest attempt number per task when the attempts so far are stored elsewhere (shards).
@@ -126,10 +131,15 @@ class WorkQueue:
     def take(self) -> BenchmarkTask | None:
         """The next task to start (now counted as running), or None when none is left."""
         with self._lock:
-            if not self._todo:
+            if not self._todo or self._closed:
                 return None
             self._running += 1
             return self._todo.popleft()
+
+    def close(self) -> None:
+        """Start no more tasks (the run is being stopped); running ones carry on."""
+        with self._lock:
+            self._closed = True
 
     def done(self) -> None:
         """A task taken with `take` has ended."""
@@ -278,7 +288,20 @@ def evaluate_on_pool(request: PoolRunRequest, todo: list[BenchmarkTask]) -> list
             with _pool_concurrency_limit(f"waa-pool-{resources}", pool.size) as limit_name:
                 with concurrency(limit_name, occupy=pool.size, strict=True):
                     futures = [run_lane.submit(lane, lanes) for lane in range(pool.size)]
-                    by_id = {result.task_id: result for f in futures for result in f.result()}
+                    try:
+                        by_id = {result.task_id: result for f in futures for result in f.result()}
+                    except KeyboardInterrupt:
+                        # Ctrl-C: start nothing new, give running attempts a grace period to be
+                        # recorded, then tear down (the `finally` below) and let the run stop.
+                        lanes.work.close()
+                        get_run_logger().warning(
+                            "interrupted: no new task starts; waiting up to %g s for %d running attempt(s)",
+                            STOP_GRACE_SECONDS, lanes.work.running,
+                        )
+                        deadline = time.monotonic() + STOP_GRACE_SECONDS
+                        for f in futures:
+                            f.wait(max(0.0, deadline - time.monotonic()))
+                        raise
             _report_pool_problems(pool, r.problems)
         return [by_id[t.task_id] for t in todo if t.task_id in by_id]
     finally:

@@ -7,6 +7,7 @@ anything.
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,12 +15,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+# Run ids name folders (artifacts, progress files): a safe character set, no path parts.
+SAFE_RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+
 from adapters.agents import AgentOptions
 from adapters.benchmark import BenchmarkResult
 from adapters.vms.base import ResetLevel
 from adapters.vms.existing import DEFAULT_SERVER_WAIT_SECONDS
 from adapters.vms.registry import PROVIDERS, ProviderSettings
-from adapters.waa.catalog import bundled_suite_dir
+from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from flows.attempt import DEFAULT_STAGE_TIMEOUTS, validate_stage_timeouts
 from flows.summary import RunCompleteness
 
@@ -72,6 +76,7 @@ class SuiteRunConfig(BaseModel):
     # filesystem shared by all hosts (mounted at the same path), or the report lacks the
     # screenshots of remote shards.
     artifacts_dir: Path = Path("results/artifacts")
+    # Names folders under artifacts_dir, so only a safe character set (SAFE_RUN_ID).
     run_id: str | None = None
     # Shard mode (flows/shard.py, docs/deployments.md): 0 = every task runs in this flow run's
     # process. N > 0 = the tasks still to do are split into N balanced shards, each run as a flow
@@ -86,6 +91,16 @@ class SuiteRunConfig(BaseModel):
     @classmethod
     def _known_stages(cls, value: dict[str, float]) -> dict[str, float]:
         return validate_stage_timeouts(value)
+
+    @field_validator("run_id")
+    @classmethod
+    def _safe_run_id(cls, value: str | None) -> str | None:
+        if value is not None and not SAFE_RUN_ID.fullmatch(value):
+            raise ValueError(
+                f"run id {value!r} may hold only letters, digits, '.', '_' and '-' (at most 128, not starting "
+                "with '.' or '-'): it names folders under the results directory"
+            )
+        return value
 
     @field_validator("provider")
     @classmethod
@@ -134,6 +149,19 @@ class SuiteRunConfig(BaseModel):
             quirks=self.quirks,
             quirk_settings=self.quirk_settings,
         )
+
+    def preflight(self) -> None:
+        """Check what the flow would only find out after Prefect started: the suite and the
+        selected tasks load, and the result paths are usable. ValueError naming the input."""
+        catalog = WAATaskCatalog(
+            self.suite_dir, difficulty=self.difficulty, max_steps=self.max_steps, require_supported=True
+        )
+        if not catalog.tasks(domains=self.domains, ids=self.task_ids):
+            raise ValueError(f"no task of {self.suite_dir} matches the selection (domains {self.domains})")
+        if self.db_path.is_dir():
+            raise ValueError(f"--db {self.db_path} is a directory; give the path of a DuckDB file")
+        if self.artifacts_dir.exists() and not self.artifacts_dir.is_dir():
+            raise ValueError(f"--artifacts {self.artifacts_dir} is a file; give a directory for screenshots")
 
     def resolved_agent_options(self) -> AgentOptions:
         """Agent options with the suite's own solution plans filled in for the scripted agent."""

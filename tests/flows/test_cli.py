@@ -63,3 +63,82 @@ def test_unknown_metric_or_getter_fails_to_load(tmp_path: Path) -> None:
     assert WAATaskCatalog(tmp_path).load("t1").task_id == "t1"  # listing and inspecting still work
     with pytest.raises(TaskCatalogError, match=r"t1\.json: unsupported getters/metrics no_such_metric, no_such_getter"):
         WAATaskCatalog(tmp_path, require_supported=True).load("t1")
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--run-id", "../../escape"], "run id '../../escape' may hold only"),
+        (["--run-id", "a/b"], "run id 'a/b' may hold only"),
+        (["--stage-timeout", "foo"], "--stage-timeout 'foo': expected STAGE=SECONDS"),
+        (["--stage-timeout", "setup=abc"], "'abc' is not a number of seconds"),
+        (["--stage-timeout", "nap=5"], "unknown stage(s) ['nap']"),
+        (["--agent", "http", "--policy-url", "http://127.0.0.1:9", "--policy-header-env", "BAD"],
+         "--policy-header-env 'BAD': expected HEADER=ENV_VAR"),
+        (["--suite", "/nonexistent"], "/nonexistent: task suite directory does not exist"),
+        (["--task", "nope"], "no task 'nope' in the index"),
+        (["--db", "."], "is a directory; give the path of a DuckDB file"),
+    ],
+)
+def test_bad_run_options_fail_in_one_line_before_prefect_starts(
+    argv: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("arena: error: ") and says in err and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []  # nothing written: no results folder, no run row
+
+
+def test_ctrl_c_stops_the_run_keeps_its_results_and_exits_130(tmp_path: Path) -> None:
+    """SIGINT to `arena run`: no new task, running attempts recorded, status 'interrupted',
+    one line naming the resume command, exit 130, no simulation left behind."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import duckdb
+    import psutil
+
+    # Its own temporary Prefect server, as a user's first `arena run` gets.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    progress = tmp_path / "art" / "ctrl-c" / "progress.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "run", "--run-id", "ctrl-c", "--quirks", "--pool-size", "1",
+         "--db", str(tmp_path / "arena.duckdb"), "--artifacts", str(tmp_path / "art")],
+        cwd=Path(__file__).resolve().parents[2], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if json.loads(progress.read_text()).get("attempts_recorded", 0) >= 1:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.1)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "arena: interrupted; attempts recorded so far are kept (resume with --run-id ctrl-c)" in err
+    assert "Traceback" not in err
+    with duckdb.connect(str(tmp_path / "arena.duckdb"), read_only=True) as con:
+        (status,) = con.execute("SELECT status FROM runs WHERE run_id = 'ctrl-c'").fetchone()
+        recorded = con.execute("SELECT count(*) FROM task_results WHERE run_id = 'ctrl-c'").fetchone()[0]
+    assert status == "interrupted" and 1 <= recorded < 16
+    def is_simulation(process: psutil.Process) -> bool:
+        try:
+            return process.is_running() and "adapters.waa.localenv" in " ".join(process.cmdline())
+        except psutil.Error:
+            return False
+
+    assert [c.pid for c in children if is_simulation(c)] == []
