@@ -97,11 +97,12 @@ def _run(args: argparse.Namespace) -> int:
     if config.run_id is None:
         config = config.model_copy(update={"run_id": new_run_id()})  # named in the resume hint
     build_agent(config.agent, config.resolved_agent_options())
-    from flows.terminal import quiet_expected_tracebacks
+    from flows.terminal import ProgressPrinter, quiet_expected_tracebacks
 
-    quiet_expected_tracebacks()
+    quiet_expected_tracebacks(verbose=args.verbose)
     try:
-        outcome = run_suite(config)
+        with ProgressPrinter(config.artifacts_dir / config.run_id / "progress.json"):
+            outcome = run_suite(config)
     except KeyboardInterrupt:
         print(
             f"arena: interrupted; attempts recorded so far are kept (resume with --run-id {config.run_id})",
@@ -330,6 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --waa-url: seconds to wait for a server to answer, at start and after it failed, before "
         "retiring it (default 60)",
     )
+    run.add_argument("--verbose", action="store_true", help="show Prefect's task-state logs in the terminal")
     run.set_defaults(func=_run)
 
     probe = sub.add_parser("probe", help="check a WAA server layer by layer")

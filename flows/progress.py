@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,8 @@ from typing import Any
 from prefect import get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
-from adapters.benchmark import BenchmarkResult
+from adapters.benchmark import BenchmarkResult, OutcomeKind
+from adapters.results.stats import wilson_interval
 
 
 def warn(message: str) -> None:
@@ -26,7 +28,10 @@ def warn(message: str) -> None:
 class RunProgress:
     """Final results so far, shown as a Prefect progress artifact and a side file.
 
-    Artifact API failures are logged, never raised: progress reporting must not fail a run.
+    Both say what a person watching wants to know while the run goes: tasks done of selected,
+    success so far with its Wilson interval, infrastructure errors, model cost and tokens, and
+    an estimate of the time left (from this invocation's pace). Artifact API failures are
+    logged, never raised: progress reporting must not fail a run.
     """
 
     ARTIFACT_KEY = "waa-run-progress"
@@ -36,8 +41,14 @@ class RunProgress:
         self.selected = selected
         self.final = final
         self.attempts = 0
+        self.successes = 0  # among the final results recorded by this invocation
+        self.scored = 0  # final results recorded by this invocation
+        self.infrastructure_errors = 0  # attempts, retried or not
+        self.cost_usd = 0.0
+        self.tokens = 0
         self.side_file = side_file
         self.status = "running"
+        self._started = time.monotonic()
         self._lock = threading.Lock()
         self._artifact_id: Any = None
         try:
@@ -51,18 +62,51 @@ class RunProgress:
     def _percent(self) -> float:
         return 100.0 * self.final / self.selected if self.selected else 100.0
 
+    def eta_seconds(self) -> float | None:
+        """Seconds left at this invocation's pace so far; None before the first final result."""
+        if not self.scored:
+            return None
+        return (time.monotonic() - self._started) / self.scored * max(0, self.selected - self.final)
+
     def _description(self) -> str:
-        return f"WAA run {self.run_id}: {self.final}/{self.selected} tasks have a final result"
+        return f"WAA run {self.run_id}: " + progress_line(self.snapshot())
+
+    def snapshot(self) -> dict[str, Any]:
+        """The numbers of the side file (and of the artifact's description)."""
+        ci = wilson_interval(self.successes, self.scored)
+        eta = self.eta_seconds()
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "selected": self.selected,
+            "final": self.final,
+            "attempts_recorded": self.attempts,
+            "successes": self.successes,
+            "scored": self.scored,
+            "success_ci95": list(ci) if ci else None,
+            "infrastructure_errors": self.infrastructure_errors,
+            "cost_usd": round(self.cost_usd, 6),
+            "tokens": self.tokens,
+            "eta_seconds": None if eta is None else round(eta, 1),
+            "updated_at": datetime.now(timezone.utc).isoformat(),
+        }
 
     def recorded(self, result: BenchmarkResult) -> None:
         """Count one recorded attempt (and one more final result if its outcome is final)."""
         with self._lock:
             self.attempts += 1
+            if result.outcome is OutcomeKind.INFRASTRUCTURE_ERROR:
+                self.infrastructure_errors += 1
             if not result.outcome.is_retryable:
                 self.final += 1
+                self.scored += 1
+                self.successes += int(result.success)
+            if result.usage is not None:
+                self.cost_usd += result.usage.cost_usd
+                self.tokens += result.usage.input_tokens + result.usage.output_tokens
             percent, description = self._percent(), self._description()
             self._write_side_file()
-        if self._artifact_id is not None and not result.outcome.is_retryable:
+        if self._artifact_id is not None:
             try:
                 update_progress_artifact(self._artifact_id, progress=percent, description=description)
             except Exception as exc:  # noqa: BLE001 - see class docstring
@@ -76,18 +120,27 @@ class RunProgress:
     def _write_side_file(self) -> None:
         if self.side_file is None:
             return
-        data = {
-            "run_id": self.run_id,
-            "status": self.status,
-            "selected": self.selected,
-            "final": self.final,
-            "attempts_recorded": self.attempts,
-            "updated_at": datetime.now(timezone.utc).isoformat(),
-        }
         try:
             self.side_file.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.side_file.with_name(self.side_file.name + f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(data))
+            tmp.write_text(json.dumps(self.snapshot()))
             os.replace(tmp, self.side_file)
         except OSError as exc:
             warn(f"progress file {self.side_file} not written: {exc}")
+
+
+def progress_line(p: dict[str, Any]) -> str:
+    """One line of progress from a snapshot: done/total, success so far, errors, cost, ETA."""
+    parts = [f"{p.get('final', 0)}/{p.get('selected', 0)} done"]
+    scored = p.get("scored") or 0
+    if scored:
+        ci = p.get("success_ci95")
+        interval = f" [{100 * ci[0]:.0f}-{100 * ci[1]:.0f}%]" if ci else ""
+        parts.append(f"success {p.get('successes', 0)}/{scored} {100 * p.get('successes', 0) / scored:.0f}%{interval}")
+    parts.append(f"infra errors {p.get('infrastructure_errors', 0)}")
+    if p.get("tokens"):
+        parts.append(f"cost ${p.get('cost_usd', 0.0):.4f} ({p['tokens']:,} tokens)")
+    eta = p.get("eta_seconds")
+    if eta is not None and p.get("status") == "running":
+        parts.append(f"ETA {int(eta // 60)}m{int(eta % 60):02d}s")
+    return ", ".join(parts)

@@ -64,7 +64,7 @@ from adapters.vms.registry import build_provider
 from adapters.waa.catalog import WAATaskCatalog
 from flows.budget import RunBudget
 from flows.pool_engine import PoolRunRequest, evaluate_on_pool, longest_first, resource_id
-from flows.progress import RunProgress
+from flows.progress import RunProgress, progress_line
 from flows.provenance import code_revision, run_info
 from flows.run_config import SuiteRunConfig
 from flows.summary import run_completeness
@@ -129,7 +129,7 @@ class ShardProgress(RunProgress):
         super().__init__(run_id, selected, 0, side_file)
 
     def _description(self) -> str:
-        return f"WAA run {self.run_id}, shard {self.shard}: {self.final}/{self.selected} tasks have a final result"
+        return f"WAA run {self.run_id}, shard {self.shard}: " + progress_line(self.snapshot())
 
     def recorded(self, result: BenchmarkResult) -> None:
         with self._attempts_lock:

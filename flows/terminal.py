@@ -1,5 +1,9 @@
 """What `arena` prints in the terminal while a run goes on.
 
+By default the terminal shows one progress line (done/total, success so far with its interval,
+infrastructure errors, cost, ETA), Prefect's warnings and errors, and the summary once at the
+end; `--verbose` adds Prefect's task-state logs (the Prefect UI always has them all).
+
 Prefect logs every failed task run with its traceback. For failures the pipeline expects and
 turns into a stored outcome (a WAA server that failed or vanished, a VM the provider could not
 give, a setup step the task's data broke, a stage past its deadline) the traceback says nothing
@@ -9,13 +13,19 @@ the Prefect UI keeps the full record (its log handler runs before the console's)
 
 from __future__ import annotations
 
+import json
 import logging
+import sys
+import threading
+from pathlib import Path
+from typing import TextIO
 
 from adapters.outcomes import EnvironmentFault
 from adapters.vms.base import ProviderError
 from adapters.waa.errors import WAAError
 from adapters.waa.setup_steps import SetupStepError
 from flows.attempt import StageTimeout
+from flows.progress import progress_line
 
 EXPECTED_FAILURES: tuple[type[BaseException], ...] = (
     WAAError,
@@ -36,8 +46,9 @@ class _OneLineForExpectedFailures(logging.Filter):
         return True
 
 
-def quiet_expected_tracebacks() -> None:
-    """Make Prefect's console handler print expected failures as one line (idempotent)."""
+def quiet_expected_tracebacks(verbose: bool = False) -> None:
+    """Make Prefect's console handler print expected failures as one line, and only warnings
+    and errors unless `verbose` (idempotent)."""
     from prefect.logging.configuration import setup_logging
     from prefect.logging.handlers import PrefectConsoleHandler
 
@@ -45,7 +56,55 @@ def quiet_expected_tracebacks() -> None:
     if not any(isinstance(h, PrefectConsoleHandler) for h in root.handlers):
         setup_logging()
     for handler in root.handlers:
-        if isinstance(handler, PrefectConsoleHandler) and not any(
-            isinstance(f, _OneLineForExpectedFailures) for f in handler.filters
-        ):
+        if not isinstance(handler, PrefectConsoleHandler):
+            continue
+        if not verbose:
+            handler.setLevel(logging.WARNING)
+        if not any(isinstance(f, _OneLineForExpectedFailures) for f in handler.filters):
             handler.addFilter(_OneLineForExpectedFailures())
+
+
+class ProgressPrinter:
+    """Prints the run's progress line whenever its side file changes, from a daemon thread.
+
+    On a terminal the line is rewritten in place; otherwise (a log file, CI) each change is a
+    new line.
+    """
+
+    def __init__(self, side_file: Path, stream: TextIO | None = None, interval: float = 1.0) -> None:
+        self.side_file = side_file
+        self.stream = stream or sys.stderr
+        self.interval = interval
+        self._stop = threading.Event()
+        self._last = ""
+        self._thread = threading.Thread(target=self._loop, name="arena-progress", daemon=True)
+
+    def __enter__(self) -> "ProgressPrinter":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._print_once()
+        if self._last and self.stream.isatty():
+            self.stream.write("\n")
+            self.stream.flush()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._print_once()
+
+    def _print_once(self) -> None:
+        try:
+            line = "progress: " + progress_line(json.loads(self.side_file.read_text()))
+        except (OSError, ValueError):
+            return  # not written yet, or being replaced
+        if line == self._last:
+            return
+        self._last = line
+        if self.stream.isatty():
+            self.stream.write("\r\x1b[2K" + line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()

@@ -1,0 +1,46 @@
+"""The live progress a person watching a run sees: the side file, the artifact's line, the
+terminal's line."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from adapters.benchmark import BenchmarkResult, ModelUsage, OutcomeKind
+from adapters.results.stats import wilson_interval
+from flows.progress import RunProgress, progress_line
+from flows.terminal import ProgressPrinter
+
+
+def _result(task_id: str, outcome: OutcomeKind, cost: float = 0.0, tokens: int = 0) -> BenchmarkResult:
+    return BenchmarkResult(
+        task_id=task_id, outcome=outcome, success=outcome is OutcomeKind.SUCCESS,
+        usage=ModelUsage(calls=1, input_tokens=tokens, output_tokens=0, cost_usd=cost),
+    )
+
+
+def test_progress_counts_success_errors_cost_and_eta(prefect_server: None, tmp_path: Path) -> None:
+    side = tmp_path / "progress.json"
+    progress = RunProgress("r", selected=4, final=0, side_file=side)
+    progress.recorded(_result("a", OutcomeKind.SUCCESS, cost=0.01, tokens=100))
+    progress.recorded(_result("b", OutcomeKind.INFRASTRUCTURE_ERROR))  # retried: not final
+    progress.recorded(_result("b", OutcomeKind.AGENT_FAILURE, cost=0.02, tokens=50))
+    data = json.loads(side.read_text())
+    assert (data["final"], data["selected"], data["attempts_recorded"]) == (2, 4, 3)
+    assert (data["successes"], data["scored"], data["infrastructure_errors"]) == (1, 2, 1)
+    assert data["success_ci95"] == list(wilson_interval(1, 2))
+    assert data["cost_usd"] == 0.03 and data["tokens"] == 150 and data["eta_seconds"] is not None
+    line = progress_line(data)
+    assert line.startswith("2/4 done, success 1/2 50% [") and "infra errors 1" in line
+    assert "cost $0.0300 (150 tokens)" in line and "ETA " in line
+    progress.finish("completed")
+    assert "ETA" not in progress_line(json.loads(side.read_text()))
+
+
+def test_the_terminal_prints_a_line_per_change(tmp_path: Path) -> None:
+    side = tmp_path / "progress.json"
+    out = io.StringIO()
+    with ProgressPrinter(side, stream=out, interval=0.01):
+        side.write_text(json.dumps({"final": 1, "selected": 2, "status": "running"}))
+    assert out.getvalue() == "progress: 1/2 done, infra errors 0\n"
