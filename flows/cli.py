@@ -261,6 +261,7 @@ def _janitor(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from adapters.agents import AGENT_NAMES
+    from adapters.vms.base import ResetLevel
     from adapters.vms.registry import PROVIDER_NAMES
 
     parser = argparse.ArgumentParser(prog="arena", description="Windows Agent Arena evaluations with Prefect and DuckDB")
@@ -292,7 +293,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--pool-size", type=int, help="number of VMs, and of tasks run at once (default 4; with --waa-url: one per URL)"
     )
-    run.add_argument("--reset-level", choices=["setup", "snapshot", "reboot"])
+    run.add_argument(
+        "--reset-level",
+        choices=[level.value for level in ResetLevel],
+        help="how each VM is reset before a task (default snapshot; what a provider offers is checked up front)",
+    )
     run.add_argument("--max-steps", type=int)
     run.add_argument("--episode-timeout", type=float, help="wall-clock seconds per episode")
     run.add_argument("--max-attempts", type=int, help="attempts per task for infrastructure errors")

@@ -40,9 +40,10 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 from prefect.concurrency.sync import concurrency
 from prefect.exceptions import ObjectNotFound
+from prefect.states import Completed, State
 
 from adapters.agents import AgentOptions, build_agent
-from adapters.benchmark import BenchmarkResult, BenchmarkTask
+from adapters.benchmark import BenchmarkResult, BenchmarkTask, OutcomeKind
 from adapters.episode import EpisodeLimits
 from adapters.store.duckdb_store import ResultStore
 from adapters.vms.base import ProviderError, VMProvider
@@ -152,6 +153,34 @@ class WorkQueue:
             return self._running
 
 
+# The name each outcome gives the evaluate-task run in the Prefect UI: a person scanning the run
+# list sees at once which tasks failed and why (the state stays Completed: the task ran; a red
+# Failed state is kept for the controller's own trouble).
+OUTCOME_STATE_NAMES: dict[OutcomeKind, str] = {
+    OutcomeKind.SUCCESS: "Success",
+    OutcomeKind.AGENT_FAILURE: "Agent failure",
+    OutcomeKind.SETUP_FAILURE: "Setup failure",
+    OutcomeKind.EVALUATION_ERROR: "Evaluation error",
+    OutcomeKind.INFRASTRUCTURE_ERROR: "Infrastructure error",
+    OutcomeKind.TIMEOUT: "Timeout",
+}
+
+
+def outcome_state(result: BenchmarkResult | None) -> State | None:
+    """A task's last result as a Completed state named by its outcome (see OUTCOME_STATE_NAMES)."""
+    if result is None:
+        return None
+    message = f"{result.outcome.value} on {result.vm_id or 'no VM'} (attempt {result.attempt})"
+    if result.error or result.reason:
+        message += f": {(result.error or result.reason or '')[:300]}"
+    return Completed(data=result, name=OUTCOME_STATE_NAMES[result.outcome], message=message)
+
+
+def final_result(value: State | BenchmarkResult | None) -> BenchmarkResult | None:
+    """The result inside what `attempt_task` returned (a state, or the result when called bare)."""
+    return value.result() if isinstance(value, State) else value
+
+
 @dataclass(frozen=True)
 class Lanes:
     """What every lane of one pool shares: the queue, the pool, the store and the limits."""
@@ -167,7 +196,7 @@ class Lanes:
 
 
 @task(name="evaluate-task", task_run_name="{task.domain}/{task.task_id}", cache_policy=NO_CACHE, persist_result=False)
-def attempt_task(task: BenchmarkTask, lanes: Lanes) -> BenchmarkResult | None:
+def attempt_task(task: BenchmarkTask, lanes: Lanes) -> State | None:
     """Attempt a task until it ends for a non-infrastructure reason or attempts run out.
 
     Every attempt is recorded as it finishes; an infrastructure failure hands the VM back as
@@ -206,7 +235,7 @@ def attempt_task(task: BenchmarkTask, lanes: Lanes) -> BenchmarkResult | None:
             progress.recorded(result)
         if not result.outcome.is_retryable:
             break
-    return result
+    return outcome_state(result)
 
 
 @task(name="vm-lane", task_run_name="lane-{lane}", cache_policy=NO_CACHE, persist_result=False)
@@ -223,7 +252,7 @@ def run_lane(lane: int, lanes: Lanes) -> list[BenchmarkResult]:
         if next_task is None:
             break
         try:
-            result = attempt_task(next_task, lanes)
+            result = final_result(attempt_task(next_task, lanes))
         except Exception as exc:  # noqa: BLE001 - one task's controller trouble must not end the lane
             # Attempts are recorded inside attempt_task as they end; whatever broke here left
             # this task without a final result, which the run's completeness counts.

@@ -22,7 +22,7 @@ from adapters.agents import AgentOptions
 from adapters.benchmark import BenchmarkResult
 from adapters.vms.base import ResetLevel
 from adapters.vms.existing import DEFAULT_SERVER_WAIT_SECONDS
-from adapters.vms.registry import PROVIDERS, ProviderSettings
+from adapters.vms.registry import PROVIDERS, ProviderSettings, build_provider
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from flows.attempt import DEFAULT_STAGE_TIMEOUTS, validate_stage_timeouts
 from flows.summary import RunCompleteness
@@ -158,6 +158,16 @@ class SuiteRunConfig(BaseModel):
         )
         if not catalog.tasks(domains=self.domains, ids=self.task_ids):
             raise ValueError(f"no task of {self.suite_dir} matches the selection (domains {self.domains})")
+        provider = build_provider(self.provider, self.provider_settings(self.run_id or "preflight"))
+        try:
+            if self.reset_level not in provider.supported_reset_levels():
+                levels = ", ".join(sorted(level.value for level in provider.supported_reset_levels()))
+                raise ValueError(
+                    f"reset level {self.reset_level.value!r} is not available with provider {self.provider!r} "
+                    f"(available: {levels})"
+                )
+        finally:
+            provider.close()
         if self.db_path.is_dir():
             raise ValueError(f"--db {self.db_path} is a directory; give the path of a DuckDB file")
         if self.artifacts_dir.exists() and not self.artifacts_dir.is_dir():

@@ -36,6 +36,11 @@ class RunCompleteness(BaseModel):
         return max(0, self.selected - self.final)
 
 
+def _label(environment: str) -> str:
+    """How the summary names where the run ran; the simulation always says so."""
+    return "LOCAL SIMULATION, not a Windows VM" if environment.startswith("local-simulation") else environment
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:5.1f}%"
 
@@ -124,7 +129,7 @@ def format_summary(
     run_id: str, metrics: RunMetrics, environment: str, completeness: RunCompleteness | None = None
 ) -> str:
     """A plain-text table: success per domain, the headline (sound environment) rate, the status."""
-    label = "LOCAL SIMULATION, not a Windows VM" if environment == "local-simulation" else environment
+    label = _label(environment)
     lines = [
         f"WAA run {run_id}  [{label}]",
         f"{'domain':<20} {'tasks':>5} {'success':>7} {'rate':>7} {'avg score':>9}",
@@ -148,7 +153,7 @@ def summary_markdown(
     run_id: str, metrics: RunMetrics, environment: str, completeness: RunCompleteness | None = None
 ) -> str:
     """The summary as markdown, for `create_markdown_artifact`."""
-    label = "LOCAL SIMULATION, not a Windows VM" if environment == "local-simulation" else environment
+    label = _label(environment)
     rows = summary_rows(metrics, completeness)
     columns = list(rows[0]) if rows else ["domain"]
     out = [f"# WAA run `{run_id}`", "", f"Environment: **{label}**", ""]

@@ -120,7 +120,7 @@ def provenance_value(provenance: dict[str, Any], column: str) -> str:
 def environment_label(provenance: dict[str, Any]) -> str:
     """"LOCAL SIMULATION, not a Windows VM" for the simulation, else the environment named."""
     environment = provenance.get("environment")
-    if environment == "local-simulation":
+    if str(environment or "").startswith("local-simulation"):  # also reached as an existing server
         return SIMULATION_LABEL
     return str(environment or "environment unknown")
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import threading
 from urllib.parse import urlsplit, urlunsplit
 
+import requests
+
 from adapters.vms.base import ProviderError, ResetLevel, VMHandle, VMProvider
 from adapters.waa.client import WAAClient
 from adapters.waa.errors import WAAError
@@ -46,6 +48,15 @@ class ExistingServersProvider(VMProvider):
         self._unused = list(self.urls)
         self._retired: list[str] = []
         self._lock = threading.Lock()
+        self._simulated: bool | None = None  # found out from the first server that answers
+
+    @property
+    def environment(self) -> str:
+        """"existing", or "local-simulation (existing server)" when the servers are the simulation:
+        runs are labelled by what they ran on, not by how it was reached."""
+        if self._simulated is None:
+            self._simulated = _is_simulation(self.urls[0])
+        return "local-simulation (existing server)" if self._simulated else self.name
 
     @property
     def retired(self) -> list[str]:
@@ -64,6 +75,8 @@ class ExistingServersProvider(VMProvider):
                     )
                 url = self._unused.pop(0)
             if self._answers(url):
+                if self._simulated is None:
+                    self._simulated = _is_simulation(url)
                 return self._handle(vm_id, url)
             self._retire(url)
 
@@ -102,3 +115,13 @@ class ExistingServersProvider(VMProvider):
 
     def delete(self, vm: VMHandle) -> None:
         """Existing servers are not ours to delete."""
+
+
+def _is_simulation(url: str) -> bool:
+    """Whether a WAA server is the local simulation: only it answers GET /sim/info (a real
+    server answers 500 for unknown routes)."""
+    try:
+        response = requests.get(f"{url}/sim/info", timeout=5)
+        return response.status_code == 200 and response.json().get("simulation") is True
+    except (requests.RequestException, ValueError, AttributeError):
+        return False

@@ -78,6 +78,7 @@ def test_unknown_metric_or_getter_fails_to_load(tmp_path: Path) -> None:
         (["--suite", "/nonexistent"], "/nonexistent: task suite directory does not exist"),
         (["--task", "nope"], "no task 'nope' in the index"),
         (["--db", "."], "is a directory; give the path of a DuckDB file"),
+        (["--reset-level", "disk"], "reset level 'disk' is not available with provider 'local' (available: reboot"),
     ],
 )
 def test_bad_run_options_fail_in_one_line_before_prefect_starts(

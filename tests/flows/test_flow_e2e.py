@@ -61,6 +61,30 @@ def test_random_agent_scores_near_zero(prefect_server: None, tmp_path: Path, bun
     assert all(r.outcome.value in ("success", "agent_failure") for r in outcome.results), [
         (r.task_id, r.outcome.value, r.error) for r in outcome.results
     ]
+    # In the Prefect UI each task's run is named by its outcome, with the VM in its message.
+    states = _evaluate_task_states(db, "e2e-random")
+    assert len(states) == len(bundled_ids)
+    assert {name for name, _ in states} <= {"Success", "Agent failure"} and "Agent failure" in {n for n, _ in states}
+    assert all(message.startswith(("agent_failure on waa-", "success on waa-")) for _, message in states), states
+
+
+def _evaluate_task_states(db: Path, run_id: str) -> list[tuple[str, str]]:
+    """(state name, state message) of every evaluate-task run of a run's flow run."""
+    from uuid import UUID
+
+    import duckdb
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, TaskRunFilter, TaskRunFilterName
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        (flow_run_id,) = con.execute("SELECT prefect_flow_run_id FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[UUID(flow_run_id)])),
+            task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="/")),
+        )
+    return [(r.state.name, r.state.message or "") for r in runs if r.state is not None and r.name.count("/") == 1
+            and not r.name.startswith(("lane", "episode", "reset", "setup", "evaluate", "record"))]
 
 
 def test_resume_skips_finished_tasks(prefect_server: None, tmp_path: Path, bundled_ids: list[str]) -> None:

@@ -156,3 +156,5 @@ def test_a_spare_server_takes_over_from_a_dead_one(prefect_server: None, tmp_pat
     assert latest == {t: "success" for t in FOUR_TASKS}
     servers = {vm for (vm,) in _rows(db, "SELECT DISTINCT vm_id FROM task_results WHERE run_id = 'spare'")}
     assert len(servers) == 2  # the first server, then the spare under the replacement's name
+    # Reached as existing servers, but labelled by what they are.
+    assert _rows(db, "SELECT environment FROM runs WHERE run_id = 'spare'") == [("local-simulation (existing server)",)]

@@ -119,7 +119,7 @@ def _azure(backends: Backends, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 def test_bundled_suite_on_a_cloud_pool_leaves_nothing_behind(
     prefect_server: None, backends: Backends, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make: Any
 ) -> None:
-    from flows.pool_engine import Lanes, WorkQueue, attempt_task
+    from flows.pool_engine import Lanes, WorkQueue, attempt_task, final_result
 
     provider, stop_cloud = make(backends, tmp_path, monkeypatch)
     try:
@@ -142,7 +142,7 @@ def test_bundled_suite_on_a_cloud_pool_leaves_nothing_behind(
                           max_attempts=2)
             try:
                 with ThreadPoolExecutor(max_workers=SIZE) as executor:
-                    results = list(executor.map(lambda t: attempt_task(t, lanes), CATALOG.tasks()))
+                    results = list(executor.map(lambda t: final_result(attempt_task(t, lanes)), CATALOG.tasks()))
             finally:
                 pool.teardown()
             rows = store.latest_attempts("cloudrun")
