@@ -3,7 +3,11 @@ markdown report.
 
 A run is never silently partial: `RunCompleteness` says how many selected tasks have no final
 result (never attempted, stopped by the budget, or still on an infrastructure error after the
-last attempt), and every rendering shows it.
+last attempt), and every rendering shows it right under the headline rate.
+
+The headline rate is the success rate over the tasks whose environment was sound
+(adapters/results/rates.py: infrastructure errors and setup failures left out of its
+denominator), with its Wilson 95% interval, beside the raw rate and the counts left out.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field
 
 from adapters.benchmark import BenchmarkTask, OutcomeKind
-from adapters.results.metrics import RunMetrics
+from adapters.results.metrics import Rate, RunMetrics
+from adapters.results.report_text import left_out_text
 from adapters.store.duckdb_store import ResultStore
 
 
@@ -68,7 +73,8 @@ def summary_rows(metrics: RunMetrics, completeness: RunCompleteness | None = Non
     seen = {d.domain for d in metrics.per_domain}
     for domain, n in sorted(missing.items()):
         if domain not in seen and n:
-            rows.append({"domain": domain, "tasks": 0, "successes": 0, "success_rate": 0.0, "avg_score": 0.0, "missing": n})
+            rows.append({"domain": domain, "tasks": 0, "successes": 0, "success_rate": 0.0,
+                         "success_rate_sound": None, "avg_score": 0.0, "missing": n})
     overall = metrics.overall
     rows.append(
         {
@@ -84,12 +90,20 @@ def summary_rows(metrics: RunMetrics, completeness: RunCompleteness | None = Non
     return rows
 
 
+def _rate(rate: Rate) -> str:
+    """"66.7% (2/3) [20.8%, 93.9%]"; "- (0/0)" for an empty denominator."""
+    if rate.ci95 is None:
+        return f"- ({rate.successes}/{rate.total})"
+    low, high = rate.ci95
+    return f"{_pct(rate.rate).strip()} ({rate.successes}/{rate.total}) [{_pct(low).strip()}, {_pct(high).strip()}]"
+
+
 def sound_rate_line(metrics: RunMetrics) -> str:
-    """The headline rate (adapters/results/rates.py) with what it leaves out."""
+    """The headline rate (adapters/results/rates.py) with its interval, the raw rate and what it leaves out."""
     overall = metrics.overall
     return (
-        f"success rate (sound environment): {_pct(overall.success_sound.rate).strip()}   left out: "
-        f"{overall.infrastructure_errors} infrastructure error(s), {overall.setup_failures} setup failure(s)"
+        f"success rate (sound environment): {_rate(overall.success_sound)}   "
+        f"raw: {_rate(overall.success)}   left out: {left_out_text(overall.outcomes)}"
     )
 
 
@@ -117,7 +131,8 @@ def completeness_lines(completeness: RunCompleteness) -> list[str]:
         if other > 0:
             parts.append(f"{other} other")
         lines.append(
-            f"INCOMPLETE: {completeness.missing} selected task(s) have no final result ({', '.join(parts)}); "
+            f"INCOMPLETE: {completeness.missing} of {completeness.selected} selected task(s) have no final result "
+            f"({', '.join(parts)}); "
             "rerun with the same run id to resume"
         )
     if completeness.cost_usd is not None:
@@ -128,47 +143,52 @@ def completeness_lines(completeness: RunCompleteness) -> list[str]:
 def format_summary(
     run_id: str, metrics: RunMetrics, environment: str, completeness: RunCompleteness | None = None
 ) -> str:
-    """A plain-text table: success per domain, the headline (sound environment) rate, the status."""
+    """A plain-text table: success per domain, the headline (sound environment) rate and, right
+    under it, the run's status and its selected tasks without a final result."""
     label = _label(environment)
     lines = [
         f"WAA run {run_id}  [{label}]",
-        f"{'domain':<20} {'tasks':>5} {'success':>7} {'rate':>7} {'avg score':>9}",
-        "-" * 52,
+        f"{'domain':<20} {'tasks':>5} {'success':>7} {'rate':>7} {'sound env':>9} {'avg score':>9}",
+        "-" * 62,
     ]
     for d in metrics.per_domain:
         avg = "-" if d.avg_score is None else f"{d.avg_score:.3f}"
-        lines.append(f"{d.domain:<20} {d.tasks:>5} {d.success.successes:>7} {_pct(d.success.rate):>7} {avg:>9}")
+        lines.append(
+            f"{d.domain:<20} {d.tasks:>5} {d.success.successes:>7} {_pct(d.success.rate):>7} "
+            f"{_pct(d.success_sound.rate):>9} {avg:>9}"
+        )
     overall = metrics.overall
-    lines.append("-" * 52)
-    lines.append(f"{'ALL':<20} {overall.tasks:>5} {overall.success.successes:>7} {_pct(overall.success.rate):>7}")
+    lines.append("-" * 62)
+    lines.append(
+        f"{'ALL':<20} {overall.tasks:>5} {overall.success.successes:>7} {_pct(overall.success.rate):>7} "
+        f"{_pct(overall.success_sound.rate):>9}"
+    )
     lines.append(sound_rate_line(metrics))
-    lines.append(f"feasible tasks: {_pct(overall.feasible.rate)}   infeasible tasks: {_pct(overall.infeasible.rate)}")
-    lines.append(f"outcomes: {_outcomes(metrics)}")
     if completeness is not None:
         lines.extend(completeness_lines(completeness))
+    lines.append(f"feasible tasks: {_pct(overall.feasible.rate)}   infeasible tasks: {_pct(overall.infeasible.rate)}")
+    lines.append(f"outcomes: {_outcomes(metrics)}")
     return "\n".join(lines)
 
 
 def summary_markdown(
     run_id: str, metrics: RunMetrics, environment: str, completeness: RunCompleteness | None = None
 ) -> str:
-    """The summary as markdown, for `create_markdown_artifact`."""
+    """The summary as markdown, for `create_markdown_artifact`: the headline rate and the run's
+    status first, then the table."""
     label = _label(environment)
     rows = summary_rows(metrics, completeness)
     columns = list(rows[0]) if rows else ["domain"]
+    headline = sound_rate_line(metrics)
     out = [f"# WAA run `{run_id}`", "", f"Environment: **{label}**", ""]
+    out += [f"**{headline[0].upper() + headline[1:]}**", ""]
     if completeness is not None:
         out += [f"- {line}" for line in completeness_lines(completeness)] + [""]
     out.append("| " + " | ".join(columns) + " |")
     out.append("| " + " | ".join("---" for _ in columns) + " |")
     for row in rows:
         out.append("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |")
-    out += [
-        "",
-        sound_rate_line(metrics)[0].upper() + sound_rate_line(metrics)[1:],
-        "",
-        "Outcomes (last attempt per task): " + (_outcomes(metrics) or "none"),
-    ]
+    out += ["", "Outcomes (last attempt per task): " + (_outcomes(metrics) or "none")]
     return "\n".join(out)
 
 

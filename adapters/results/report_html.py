@@ -57,6 +57,8 @@ from adapters.results.report_text import (
     ci,
     environment_label,
     fraction,
+    incomplete_text,
+    left_out_text,
     number,
     outcome_counts,
     pct,
@@ -211,6 +213,8 @@ pre { white-space: pre-wrap; word-break: break-word; background: #f6f8fa; paddin
 .headline { display: flex; flex-wrap: wrap; gap: 12px; margin: 12px 0; }
 .card { border: 1px solid var(--line); border-radius: 8px; padding: 10px 14px; min-width: 200px; }
 .card .big { font-size: 24px; font-weight: 700; } .card .sub { color: var(--muted); font-size: 12.5px; }
+.card.status.incomplete { border: 2px solid var(--warn); background: #fff4e5; }
+.card.status.incomplete .big { color: var(--warn); } .card.status.complete .big { color: var(--ok); }
 table { border-collapse: collapse; margin: 6px 0; } th, td { border-bottom: 1px solid var(--line);
         padding: 3px 8px; text-align: left; vertical-align: top; } th { background: #f6f8fa; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
@@ -276,13 +280,14 @@ def _provenance_table(provenance: Mapping[str, Any]) -> str:
 
 
 def domain_chart(per_domain: Sequence[DomainMetrics]) -> str:
-    """Inline SVG: one bar per domain (success rate) with Wilson 95% whiskers and a 0-100% axis."""
+    """Inline SVG: one bar per domain (the headline, sound-environment success rate) with Wilson 95%
+    whiskers and a 0-100% axis."""
     label_w, plot_w, row_h, top = 170, 440, 30, 24
     height = top + row_h * len(per_domain) + 8
     x0 = label_w
     parts = [
         f'<svg class="chart domain-chart" viewBox="0 0 {label_w + plot_w + 150} {height}" role="img" '
-        f'aria-label="success rate per domain with 95% confidence intervals">'
+        f'aria-label="success rate (sound environment) per domain with 95% confidence intervals">'
     ]
     for tick in (0, 25, 50, 75, 100):
         x = x0 + plot_w * tick / 100
@@ -290,24 +295,24 @@ def domain_chart(per_domain: Sequence[DomainMetrics]) -> str:
         parts.append(f'<text x="{x:.1f}" y="{top - 10}" text-anchor="middle">{tick}%</text>')
     for i, d in enumerate(per_domain):
         y = top + i * row_h
-        rate = d.success.rate or 0.0
+        rate = d.success_sound.rate or 0.0
         mid = y + row_h / 2
         parts.append(f'<text x="{x0 - 8}" y="{mid + 4:.1f}" text-anchor="end">{esc(d.domain or "(none)")}</text>')
         parts.append(f'<rect class="track" x="{x0}" y="{y + 6}" width="{plot_w}" height="{row_h - 12}"/>')
         parts.append(
             f'<rect class="bar" x="{x0}" y="{y + 6}" width="{plot_w * rate:.1f}" height="{row_h - 12}">'
-            f"<title>{esc(d.domain)}: {esc(rate_text(d.success))}</title></rect>"
+            f"<title>{esc(d.domain)}: {esc(rate_text(d.success_sound))}</title></rect>"
         )
-        if d.success.ci95 is not None:
-            low, high = (x0 + plot_w * v for v in d.success.ci95)
+        if d.success_sound.ci95 is not None:
+            low, high = (x0 + plot_w * v for v in d.success_sound.ci95)
             parts.append(
                 f'<g class="whisker"><line x1="{low:.1f}" y1="{mid:.1f}" x2="{high:.1f}" y2="{mid:.1f}"/>'
                 f'<line x1="{low:.1f}" y1="{mid - 7:.1f}" x2="{low:.1f}" y2="{mid + 7:.1f}"/>'
                 f'<line x1="{high:.1f}" y1="{mid - 7:.1f}" x2="{high:.1f}" y2="{mid + 7:.1f}"/></g>'
             )
         parts.append(
-            f'<text x="{x0 + plot_w + 10}" y="{mid + 4:.1f}">{esc(pct(d.success.rate))} '
-            f"({esc(d.success.successes)}/{esc(d.success.total)})</text>"
+            f'<text x="{x0 + plot_w + 10}" y="{mid + 4:.1f}">{esc(pct(d.success_sound.rate))} '
+            f"({esc(d.success_sound.successes)}/{esc(d.success_sound.total)})</text>"
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -361,16 +366,37 @@ def _effort_table(overall: DomainMetrics) -> str:
     )
 
 
+def _status_card(metrics: RunMetrics) -> str:
+    """The run's status beside the rates: a warning card when tasks have no final result."""
+    status = metrics.run_status()
+    incomplete = incomplete_text(status)
+    if incomplete is None:
+        return (
+            '<div class="card status complete"><div class="sub">run status</div><div class="big">completed</div>'
+            f'<div class="sub">{esc(status.final)} of {esc(status.selected if status.selected is not None else status.final)}'
+            " selected tasks have a final result</div></div>"
+        )
+    detail = (
+        f"{status.missing} of {status.selected} selected tasks have no final result"
+        if status.missing else "the run did not complete"
+    )
+    return (
+        '<div class="card status incomplete" id="incomplete"><div class="sub">run status: '
+        f'{esc(status.status or "unknown")}</div><div class="big">incomplete</div>'
+        f'<div class="sub">{esc(detail)}</div></div>'
+    )
+
+
 def _summary_section(metrics: RunMetrics) -> str:
     overall = metrics.overall
-    warning = metrics.run_status().warning()
-    missing = f'<p class="banner" id="incomplete">{esc(warning[0].upper() + warning[1:])}.</p>' if warning else ""
+    incomplete = incomplete_text(metrics.run_status())
+    banner = f'<p class="banner incomplete">{esc(incomplete)}</p>' if incomplete else ""
     cards = "".join(
         [
             _rate_card("success rate (sound environment)", overall.success_sound,
-                       f" · left out: {overall.infrastructure_errors} infra errors, "
-                       f"{overall.setup_failures} setup failures"),
-            _rate_card("success rate (all tasks with a result)", overall.success),
+                       f" · left out: {left_out_text(overall.outcomes)}"),
+            _rate_card("success rate (raw, all tasks with a result)", overall.success),
+            _status_card(metrics),
             _rate_card("feasible tasks", overall.feasible),
             _rate_card("infeasible tasks", overall.infeasible),
             f'<div class="card"><div class="sub">average score</div><div class="big">'
@@ -379,12 +405,12 @@ def _summary_section(metrics: RunMetrics) -> str:
         ]
     )
     return (
-        f'<section id="summary"><h2>Summary</h2>{missing}<div class="headline">{cards}</div>'
+        f'<section id="summary"><h2>Summary</h2>{banner}<div class="headline">{cards}</div>'
         f"<p>Outcomes (final attempt of each task): {esc(outcome_counts(overall))}. "
         f"Attempts: {overall.attempts} for {overall.tasks} tasks ({overall.retries} retries, "
         f"{overall.retried_tasks} tasks retried).</p>"
         f"<p>{esc(reference_line(metrics))}</p>"
-        f"<h3>Success rate per domain</h3>{domain_chart(metrics.per_domain)}{_domain_table(metrics)}"
+        f"<h3>Success rate (sound environment) per domain</h3>{banner}{domain_chart(metrics.per_domain)}{_domain_table(metrics)}"
         f"<h3>Effort and cost</h3>{_effort_table(overall)}"
         f"<h3>Provenance</h3>{_provenance_table(metrics.provenance)}</section>"
     )

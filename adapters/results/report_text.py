@@ -1,6 +1,10 @@
 """The run report for the terminal (``arena report RUN``): provenance, a per-domain table, headline
 rates with Wilson 95% intervals, effort and cost, reference accuracy and the unsolved tasks.
 
+The headline is the success rate over the tasks whose environment was sound (infrastructure
+errors and setup failures left out, adapters/results/rates.py), shown beside the raw rate, the
+counts left out, and the run's status with how many selected tasks have no final result.
+
 Strings that come from tasks, models or evaluators are data: control characters (terminal
 escape sequences included) are replaced before they reach the terminal.
 
@@ -12,9 +16,12 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Mapping
 from typing import Any
 
+from adapters.benchmark import UNSOUND_OUTCOMES
 from adapters.results.metrics import DomainMetrics, Rate, References, RunMetrics, compute_run_metrics
+from adapters.results.rates import RunStatus
 from adapters.store.duckdb_store import ResultStore
 
 SIMULATION_LABEL = "LOCAL SIMULATION, not a Windows VM"
@@ -130,6 +137,34 @@ def outcome_counts(metrics: DomainMetrics) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(metrics.outcomes.items()) if v) or "none"
 
 
+def left_out_text(outcomes: Mapping[str, int]) -> str:
+    """What the headline rate leaves out, from its one definition (UNSOUND_OUTCOMES), e.g.
+    "infrastructure errors 1, setup failures 0"."""
+    return ", ".join(f"{o.value.replace('_', ' ')}s {outcomes.get(o.value, 0)}" for o in UNSOUND_OUTCOMES)
+
+
+def incomplete_text(status: RunStatus) -> str | None:
+    """None for a completed run with every selected task finished; else one line saying so, e.g.
+    "INCOMPLETE: 3 of 16 selected tasks have no final result (run status: budget_exhausted)".
+
+    Shown next to every rate, so an incomplete run never passes for a complete one.
+    """
+    state = status.status or "unknown"
+    if status.missing:
+        return (
+            f"INCOMPLETE: {status.missing} of {status.selected} selected tasks have no final result "
+            f"(run status: {state})"
+        )
+    if status.status != "completed":
+        return f"INCOMPLETE: run status is {state}, not completed"
+    return None
+
+
+def status_line(status: RunStatus) -> str:
+    """"run status: completed, every selected task has a final result" or the incomplete line."""
+    return incomplete_text(status) or "run status: completed, every selected task has a final result"
+
+
 def reference_line(metrics: RunMetrics) -> str:
     """One sentence on reference accuracy (or why there is none)."""
     ref = metrics.overall.reference
@@ -240,12 +275,10 @@ def format_text_report(metrics: RunMetrics) -> str:
         lines.append("no task results recorded for this run")
     lines += _domain_table(metrics)
     lines += [
-        f"run status: {clean(status.status or 'unknown')}"
-        + (f"   MISSING: {status.missing} of {status.selected} selected tasks have no final result"
-           if status.missing else ""),
+        clean(status_line(status)),
         f"success rate (sound environment): {rate_text(overall.success_sound)} "
-        f"(left out: {overall.infrastructure_errors} infrastructure errors, {overall.setup_failures} setup failures)",
-        f"success rate (all tasks with a result): {rate_text(overall.success)}",
+        f"(left out: {left_out_text(overall.outcomes)})",
+        f"success rate (raw, all tasks with a result): {rate_text(overall.success)}",
         f"feasible tasks: {rate_text(overall.feasible)}   infeasible tasks: {rate_text(overall.infeasible)}",
         f"average score: {score_text(overall.avg_score)} "
         f"(sound environment: {score_text(overall.avg_score_sound)})",

@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,6 @@ import duckdb
 import psutil
 import pytest
 
-from adapters.agents.scripted import ScriptedAgent, load_plans
 from adapters.benchmark import (
     AgentInfrastructureError,
     BenchmarkAction,

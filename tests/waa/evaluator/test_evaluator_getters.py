@@ -13,7 +13,6 @@ import pytest
 from adapters.waa.client import ExecuteResult
 from adapters.waa.errors import WAAHTTPError
 from adapters.waa.evaluator import GETTERS, unsupported_names
-from adapters.waa.evaluator.errors import EvaluationConfigError
 from adapters.waa.evaluator.getters import GetterContext, registry_query_command
 
 
