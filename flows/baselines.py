@@ -33,6 +33,7 @@ from adapters.results.compare import (
     compare_runs,
     comparison_markdown,
     final_attempts,
+    stored_run_status,
 )
 from adapters.results.source import latest_completed_run as stored_latest_completed_run
 from adapters.vms.base import ResetLevel
@@ -356,6 +357,8 @@ def evaluate_model_update(
         final_attempts(new_config.db_path, new_run_id),
         baseline_run_id,
         new_run_id,
+        baseline_status=stored_run_status(reference.db_path, baseline_run_id),
+        new_status=stored_run_status(new_config.db_path, new_run_id),
     )
     title = f"{model} vs baseline {chosen.name}" + (f" (checkpoint {checkpoint})" if checkpoint else "")
     markdown = comparison_markdown(comparison, title)

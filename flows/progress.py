@@ -41,14 +41,15 @@ class RunProgress:
         self.selected = selected
         self.final = final
         self.attempts = 0
-        self.successes = 0  # among the final results recorded by this invocation
-        self.scored = 0  # final results recorded by this invocation
+        self.successes = 0  # among `scored`
+        self.scored = 0  # results of this invocation whose environment was sound (rates.py)
         self.infrastructure_errors = 0  # attempts, retried or not
         self.cost_usd = 0.0
         self.tokens = 0
         self.side_file = side_file
         self.status = "running"
         self._started = time.monotonic()
+        self._final_at_start = final  # a resumed run's earlier results do not set the pace
         self._lock = threading.Lock()
         self._artifact_id: Any = None
         try:
@@ -64,9 +65,10 @@ class RunProgress:
 
     def eta_seconds(self) -> float | None:
         """Seconds left at this invocation's pace so far; None before the first final result."""
-        if not self.scored:
+        done = self.final - self._final_at_start
+        if done <= 0:
             return None
-        return (time.monotonic() - self._started) / self.scored * max(0, self.selected - self.final)
+        return (time.monotonic() - self._started) / done * max(0, self.selected - self.final)
 
     def _description(self) -> str:
         return f"WAA run {self.run_id}: " + progress_line(self.snapshot())
@@ -99,6 +101,7 @@ class RunProgress:
                 self.infrastructure_errors += 1
             if not result.outcome.is_retryable:
                 self.final += 1
+            if result.outcome.environment_was_sound:  # the headline rate's denominator (rates.py)
                 self.scored += 1
                 self.successes += int(result.success)
             if result.usage is not None:

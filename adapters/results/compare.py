@@ -7,11 +7,16 @@
 
 Rules, all over each task's *final* attempt (the `latest_task_results` view):
 
-- Each run's success rate counts all its tasks (as the run summary's "rate" does), with a
-  Wilson 95% interval.
+- Each run's headline rate is the success rate over its tasks whose environment was sound
+  (`*_rate_sound`: infrastructure errors and setup failures left out of the denominator, one
+  definition for every report: adapters/results/rates.py), with a Wilson 95% interval; the raw
+  rate over all its tasks (`*_rate`, as the run summary's "rate") and the tasks left out are
+  shown beside it.
 - A task whose final outcome is an infrastructure error or a setup failure in either run says
-  nothing about the agent (adapters/results/rates.py): it is left out of the flips, the paired
-  delta and the test, and listed on its own.
+  nothing about the agent: it is left out of the flips, the paired delta and the test, and
+  listed on its own.
+- Each run's status (runs.status) and how many of its selected tasks (runs.task_count) have no
+  final result are shown with the rates, and a warning line names a run that is not complete.
 - The remaining tasks both runs have are *paired*: the delta is the paired difference over them
   with Newcombe's paired interval, and the verdict comes from the exact McNemar test on their
   discordant pairs (fixed vs broken). A domain whose runs share no such task, but where both
@@ -27,6 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from adapters.results.rates import RunStatus, is_final, is_sound, rate
+from adapters.results.report_text import incomplete_text, left_out_text
 from adapters.results.stats import (
     Interval,
     mcnemar_exact,
@@ -59,11 +65,22 @@ class DomainComparison(BaseModel):
     baseline_ci95: Interval | None  # Wilson
     # Tasks whose final outcome is an infrastructure error or a setup failure (not compared).
     baseline_left_out: int = 0
+    # The headline rate: successes over the tasks whose environment was sound (rates.py).
+    baseline_total_sound: int = 0
+    baseline_successes_sound: int = 0
+    baseline_rate_sound: float | None = None
+    baseline_ci95_sound: Interval | None = None  # Wilson
+    baseline_outcomes: dict[str, int] = Field(default_factory=dict)  # final outcome -> tasks
     new_total: int
     new_successes: int
     new_rate: float | None
     new_ci95: Interval | None  # Wilson
     new_left_out: int = 0
+    new_total_sound: int = 0
+    new_successes_sound: int = 0
+    new_rate_sound: float | None = None
+    new_ci95_sound: Interval | None = None  # Wilson
+    new_outcomes: dict[str, int] = Field(default_factory=dict)
     # Tasks in both runs with a sound environment in both: the paired delta's tasks.
     paired_tasks: int = 0
     delta: float | None  # new minus baseline; see delta_method for over which tasks
@@ -132,12 +149,17 @@ class RunComparison(BaseModel):
     baseline_status: RunStatus | None = None
     new_status: RunStatus | None = None
 
-    def warnings(self) -> list[str]:
-        """A line per run that is not complete (its rates leave tasks out)."""
-        return [w for s in (self.baseline_status, self.new_status) if s is not None and (w := s.warning())]
     only_in_baseline: list[str]
     only_in_new: list[str]
     test: PairedTest
+
+    def warnings(self) -> list[str]:
+        """A line per run that is not complete (its rates leave tasks out)."""
+        return [
+            f"{role} run {status.run_id}: {text}"
+            for role, status in (("baseline", self.baseline_status), ("new", self.new_status))
+            if status is not None and (text := incomplete_text(status))
+        ]
 
     @property
     def verdict(self) -> Verdict:
@@ -199,23 +221,26 @@ def _domain_row(
     pairs: list[tuple[Mapping[str, Any], Mapping[str, Any]]],
 ) -> DomainComparison:
     """One row of the table; `pairs` are this domain's paired tasks (baseline row, new row)."""
-    b_succ = sum(bool(r["success"]) for r in base)
-    n_succ = sum(bool(r["success"]) for r in new)
-    row: dict[str, Any] = {
-        "domain": domain,
-        "baseline_total": len(base),
-        "baseline_successes": b_succ,
-        "baseline_rate": rate(b_succ, len(base)),
-        "baseline_ci95": wilson_interval(b_succ, len(base)),
-        "baseline_left_out": sum(_left_out(r) for r in base),
-        "new_total": len(new),
-        "new_successes": n_succ,
-        "new_rate": rate(n_succ, len(new)),
-        "new_ci95": wilson_interval(n_succ, len(new)),
-        "new_left_out": sum(_left_out(r) for r in new),
-        "paired_tasks": len(pairs),
-        "delta": None,
-    }
+    row: dict[str, Any] = {"domain": domain, "paired_tasks": len(pairs), "delta": None}
+    for side, rows in (("baseline", base), ("new", new)):
+        successes = sum(bool(r["success"]) for r in rows)
+        sound = [r for r in rows if not _left_out(r)]
+        sound_successes = sum(bool(r["success"]) for r in sound)
+        outcomes: dict[str, int] = {}
+        for r in rows:
+            outcomes[str(r["outcome"])] = outcomes.get(str(r["outcome"]), 0) + 1
+        row.update({
+            f"{side}_total": len(rows),
+            f"{side}_successes": successes,
+            f"{side}_rate": rate(successes, len(rows)),
+            f"{side}_ci95": wilson_interval(successes, len(rows)),
+            f"{side}_left_out": len(rows) - len(sound),
+            f"{side}_total_sound": len(sound),
+            f"{side}_successes_sound": sound_successes,
+            f"{side}_rate_sound": rate(sound_successes, len(sound)),
+            f"{side}_ci95_sound": wilson_interval(sound_successes, len(sound)),
+            f"{side}_outcomes": outcomes,
+        })
     if pairs:
         both = sum(bool(b["success"]) and bool(n["success"]) for b, n in pairs)
         fixed = sum(not b["success"] and bool(n["success"]) for b, n in pairs)
@@ -266,6 +291,8 @@ def compare_runs(
     new_run_id: str,
     *,
     alpha: float = DEFAULT_ALPHA,
+    baseline_status: RunStatus | None = None,
+    new_status: RunStatus | None = None,
 ) -> RunComparison:
     """Compare two runs from their result rows (see the module docstring for the rules).
 
@@ -273,7 +300,8 @@ def compare_runs(
     DuckDB's `latest_task_results` view, or every attempt when each row has `attempt` (the
     highest counts). The verdict is "improved" / "regressed" when the exact McNemar test on the
     paired tasks gives p < `alpha`, "no significant difference" otherwise, and "insufficient
-    data" when the runs have no paired task.
+    data" when the runs have no paired task. `baseline_status` / `new_status` (e.g. from
+    `stored_run_status`) put each run's status and missing tasks in the reports.
     """
     if not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
         raise ValueError(f"alpha must be between 0 and 1 (exclusive), got {alpha!r}")
@@ -325,6 +353,8 @@ def compare_runs(
         left_out=left_out,
         only_in_baseline=sorted(base.keys() - new.keys()),
         only_in_new=sorted(new.keys() - base.keys()),
+        baseline_status=baseline_status,
+        new_status=new_status,
         test=PairedTest(
             alpha=alpha,
             paired_tasks=len(pairs),
@@ -381,14 +411,28 @@ def compare_stored_runs(
         statuses = [
             _run_status(conn, run_id, run_rows) for run_id, run_rows in zip((baseline_run_id, new_run_id), rows)
         ]
-    comparison = compare_runs(rows[0], rows[1], baseline_run_id, new_run_id, alpha=alpha)
-    return comparison.model_copy(update={"baseline_status": statuses[0], "new_status": statuses[1]})
+    return compare_runs(
+        rows[0], rows[1], baseline_run_id, new_run_id, alpha=alpha,
+        baseline_status=statuses[0], new_status=statuses[1],
+    )
 
 
 def _run_status(conn: Any, run_id: str, rows: list[dict[str, Any]]) -> RunStatus:
+    """The run's status and task count (its `runs` row) and how many of `rows` are final."""
     status, selected = conn.execute("SELECT status, task_count FROM runs WHERE run_id = ?", [run_id]).fetchone()
     return RunStatus(run_id=run_id, status=status, selected=selected,
                      final=sum(is_final(str(r["outcome"])) for r in rows))
+
+
+def stored_run_status(source: ResultsSource, run_id: str) -> RunStatus:
+    """A stored run's status and its selected tasks without a final result, for `compare_runs`
+    when the two runs are in different files. Raises `UnknownRunError` for an unknown run."""
+    with results_connection(source) as conn:
+        require_runs(conn, [run_id], source_path(source))
+        cursor = conn.execute(_FINAL_ATTEMPTS_SQL, [run_id])
+        names = [d[0] for d in cursor.description]
+        rows = [dict(zip(names, values)) for values in cursor.fetchall()]
+        return _run_status(conn, run_id, rows)
 
 
 # --- rendering -------------------------------------------------------------------------------
@@ -434,6 +478,36 @@ def verdict_sentence(comparison: RunComparison) -> str:
     )
 
 
+def run_lines(comparison: RunComparison) -> list[str]:
+    """One line per run: its headline rate with interval, raw rate, what is left out, and its
+    status with the selected tasks that have no final result."""
+    overall = comparison.overall
+    lines = []
+    for role, run_id, status in (
+        ("baseline", comparison.baseline_run_id, comparison.baseline_status),
+        ("new", comparison.new_run_id, comparison.new_status),
+    ):
+        def get(name: str, role: str = role) -> Any:
+            return getattr(overall, f"{role}_{name}")
+
+        rates = (
+            f"success rate (sound environment) {_pct(get('rate_sound'))} "
+            f"({get('successes_sound')}/{get('total_sound')}) {_interval_pct(get('ci95_sound'))}, "
+            f"raw {_pct(get('rate'))} ({get('successes')}/{get('total')}), "
+            f"left out: {left_out_text(get('outcomes'))}"
+        )
+        if status is None:
+            state = "status not known (compared from result rows)"
+        else:
+            selected = "?" if status.selected is None else str(status.selected)
+            state = (
+                f"status {status.status or 'unknown'}, {status.missing} of {selected} selected tasks "
+                "without a final result"
+            )
+        lines.append(f"{role} run {run_id}: {state}; {rates}")
+    return lines
+
+
 def comparison_markdown(comparison: RunComparison, title: str) -> str:
     """The comparison as a markdown report (the model-update artifact's body)."""
     lines = [
@@ -445,23 +519,29 @@ def comparison_markdown(comparison: RunComparison, title: str) -> str:
         f"**Verdict: {verdict_sentence(comparison)}**",
         "",
         *[f"**Warning: {w}.**\n" for w in comparison.warnings()],
-        "| domain | baseline | new | change | 95% CI of change | basis | baseline 95% CI | new 95% CI |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        *[f"- {line}" for line in run_lines(comparison)],
+        "",
+        "| domain | baseline (sound env.) | new (sound env.) | change | 95% CI of change | basis "
+        "| baseline 95% CI | new 95% CI | baseline raw | new raw |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for d in comparison.domains:
         name = f"**{d.domain}**" if d.domain == ALL else d.domain
         lines.append(
-            f"| {name} | {_pct(d.baseline_rate)} ({d.baseline_successes}/{d.baseline_total}) "
-            f"| {_pct(d.new_rate)} ({d.new_successes}/{d.new_total}) | {_pts(d.delta)} "
-            f"| {_interval_pts(d.delta_ci95)} | {d.delta_basis} "
-            f"| {_interval_pct(d.baseline_ci95)} | {_interval_pct(d.new_ci95)} |"
+            f"| {name} | {_pct(d.baseline_rate_sound)} ({d.baseline_successes_sound}/{d.baseline_total_sound}) "
+            f"| {_pct(d.new_rate_sound)} ({d.new_successes_sound}/{d.new_total_sound}) "
+            f"| {_pts(d.delta)} | {_interval_pts(d.delta_ci95)} | {d.delta_basis} "
+            f"| {_interval_pct(d.baseline_ci95_sound)} | {_interval_pct(d.new_ci95_sound)} "
+            f"| {_pct(d.baseline_rate)} ({d.baseline_successes}/{d.baseline_total}) "
+            f"| {_pct(d.new_rate)} ({d.new_successes}/{d.new_total}) |"
         )
     lines += [
         "",
-        "Rates count every task of each run, with Wilson 95% intervals. The change is the paired "
-        "difference over the tasks both runs have (Newcombe's paired interval), or, where the runs "
-        "share no task, the difference of independent proportions (Newcombe's interval for "
-        "those); infrastructure errors and setup failures are left out of the change and the test.",
+        "Headline rates (sound env.) leave out of the denominator the tasks whose final outcome is an "
+        "infrastructure error or a setup failure, with Wilson 95% intervals; raw rates count every task "
+        "of each run. The change is the paired difference over the tasks both runs have with a sound "
+        "environment in both (Newcombe's paired interval), or, where the runs share no such task, the "
+        "difference of independent proportions (Newcombe's interval for those).",
     ]
     for heading, flips in (("Fixed (failed before, succeed now)", comparison.fixed),
                            ("Broken (succeeded before, fail now)", comparison.broken)):
@@ -485,7 +565,8 @@ def comparison_markdown(comparison: RunComparison, title: str) -> str:
 def render_comparison_text(comparison: RunComparison) -> str:
     """The comparison as plain text for a terminal (what `arena compare` prints)."""
     header = (
-        f"{'domain':<20} {'baseline':>16} {'95% CI':>16} {'new':>16} {'95% CI':>16} "
+        f"{'domain':<20} {'baseline sound env':>18} {'95% CI':>16} {'raw':>7} "
+        f"{'new sound env':>18} {'95% CI':>16} {'raw':>7} "
         f"{'change':>11} {'95% CI of change':>20}  basis"
     )
     rule = "-" * len(header)
@@ -493,6 +574,7 @@ def render_comparison_text(comparison: RunComparison) -> str:
         f"Run comparison: new '{comparison.new_run_id}' vs baseline '{comparison.baseline_run_id}'",
         f"Verdict: {verdict_sentence(comparison)}",
         *[f"WARNING: {w}" for w in comparison.warnings()],
+        *run_lines(comparison),
         "",
         header,
         rule,
@@ -502,12 +584,16 @@ def render_comparison_text(comparison: RunComparison) -> str:
             lines.append(rule)
         lines.append(
             f"{d.domain or '(none)':<20} "
-            f"{f'{_pct(d.baseline_rate)} ({d.baseline_successes}/{d.baseline_total})':>16} "
-            f"{_interval_pct(d.baseline_ci95):>16} "
-            f"{f'{_pct(d.new_rate)} ({d.new_successes}/{d.new_total})':>16} "
-            f"{_interval_pct(d.new_ci95):>16} {_pts(d.delta):>11} {_interval_pts(d.delta_ci95):>20}  "
-            f"{d.delta_basis}"
+            f"{f'{_pct(d.baseline_rate_sound)} ({d.baseline_successes_sound}/{d.baseline_total_sound})':>18} "
+            f"{_interval_pct(d.baseline_ci95_sound):>16} {_pct(d.baseline_rate):>7} "
+            f"{f'{_pct(d.new_rate_sound)} ({d.new_successes_sound}/{d.new_total_sound})':>18} "
+            f"{_interval_pct(d.new_ci95_sound):>16} {_pct(d.new_rate):>7} "
+            f"{_pts(d.delta):>11} {_interval_pts(d.delta_ci95):>20}  {d.delta_basis}"
         )
+    lines.append(
+        "sound env.: success over the tasks whose final outcome is not an infrastructure error or a "
+        "setup failure; raw: over every task"
+    )
     for heading, flips in (("fixed (failed before, succeed now)", comparison.fixed),
                            ("broken (succeeded before, fail now)", comparison.broken),
                            ("infrastructure errors and setup failures, not compared", comparison.left_out)):

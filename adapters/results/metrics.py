@@ -7,15 +7,21 @@ run really cost).
 
 Definitions (overall and per domain):
 
-* ``success``: tasks whose final outcome is success / all tasks, with a Wilson 95% interval.
-* ``success_sound``: the headline rate: the same over the tasks whose environment was sound, i.e.
-  with tasks whose final attempt was an infrastructure error or a setup failure removed from
-  numerator and denominator (they say nothing about the agent; one definition for every report:
-  ``adapters/results/rates.py``). ``infrastructure_errors`` and ``setup_failures`` count them.
+* ``success_sound``: the headline rate, "success rate (sound environment)": tasks whose final
+  outcome is success / tasks whose final outcome is not in ``UNSOUND_OUTCOMES`` (an
+  infrastructure error: the server failed; a setup failure: the task's own data could not be
+  set up; neither says anything about the agent), with a Wilson 95% interval. The filter is
+  defined once, in ``adapters/results/rates.py`` (``sound_sql`` / ``is_sound``, built from
+  ``OutcomeKind.environment_was_sound``), and used by this module, the comparison and every report.
+  ``infrastructure_errors`` and ``setup_failures`` count the tasks it leaves out; ``outcomes``
+  has every outcome's count.
+* ``success``: the raw rate, tasks whose final outcome is success / all tasks with a stored
+  result, with a Wilson 95% interval. Shown beside the headline rate.
 * ``feasible`` / ``infeasible``: ``success`` over the feasible and the infeasible tasks apart
   (WAA scores an infeasible task 1 only when the agent's last action is FAIL).
-* ``avg_score``: mean evaluator score, fractional scores kept (infrastructure errors and setup
-  failures score 0 here, as in the run summary; ``avg_score_sound`` leaves them out).
+* ``avg_score``: mean evaluator score over all tasks, fractional scores kept (infrastructure
+  errors and setup failures score 0 here); ``avg_score_sound`` is the mean over the same tasks as
+  ``success_sound``'s denominator.
 * ``steps``, ``time_seconds``, ``agent_seconds``, ``env_seconds``, ``input_tokens``,
   ``output_tokens``, ``cost_usd``: mean per task and total, over the final attempts that
   report the value.
@@ -23,6 +29,10 @@ Definitions (overall and per domain):
   tasks that have one (definitions in ``adapters/results/reference.py``). Tasks whose final
   attempt is an infrastructure error or a setup failure are left out: the agent never had a
   fair go at them.
+
+The run's status (``runs.status``) and how many of its selected tasks (``runs.task_count``) have
+no final result (``RunMetrics.run_status()``; an infrastructure error after the last attempt is
+not final) are shown wherever these rates are.
 
 Counting is done in DuckDB; reference alignment in Python (it is a dynamic programme per task).
 """
@@ -240,6 +250,7 @@ SELECT grouping(dom) = 1 AS is_all, dom,
        coalesce(count_if(attempts > 1), 0) AS retried_tasks,
        coalesce(count_if(success), 0) AS successes,
        coalesce(count_if(unsound), 0) AS unsound,
+       coalesce(count_if(success AND NOT unsound), 0) AS sound_successes,
        coalesce(count_if(NOT inf), 0) AS feasible_total,
        coalesce(count_if(NOT inf AND success), 0) AS feasible_successes,
        coalesce(count_if(inf), 0) AS infeasible_total,
@@ -310,7 +321,7 @@ def _domain_metrics(row: Mapping[str, Any], outcomes: dict[str, int]) -> DomainM
         infrastructure_errors=per_outcome[OutcomeKind.INFRASTRUCTURE_ERROR.value],
         setup_failures=per_outcome[OutcomeKind.SETUP_FAILURE.value],
         success=Rate.of(successes, tasks),
-        success_sound=Rate.of(successes, tasks - unsound),
+        success_sound=Rate.of(int(row["sound_successes"]), tasks - unsound),
         feasible=Rate.of(int(row["feasible_successes"]), int(row["feasible_total"])),
         infeasible=Rate.of(int(row["infeasible_successes"]), int(row["infeasible_total"])),
         avg_score=_float(row["avg_score"]),

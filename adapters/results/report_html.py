@@ -58,6 +58,7 @@ from adapters.results.report_text import (
     environment_label,
     fraction,
     incomplete_text,
+    left_out,
     left_out_text,
     number,
     outcome_counts,
@@ -321,9 +322,9 @@ def domain_chart(per_domain: Sequence[DomainMetrics]) -> str:
 def _domain_table(metrics: RunMetrics) -> str:
     with_reference = metrics.references_given
     head = (
-        "<tr><th>domain</th><th class=num>tasks</th><th class=num>solved</th><th class=num>rate</th>"
-        "<th>95% CI</th><th class=num>sound env.</th><th class=num>feasible</th><th class=num>infeasible</th>"
-        "<th class=num>avg score</th><th class=num>infra errors</th><th class=num>attempts</th>"
+        "<tr><th>domain</th><th class=num>tasks</th><th class=num>solved</th><th class=num>sound env.</th>"
+        "<th>95% CI</th><th class=num>raw</th><th class=num>left out</th><th class=num>feasible</th>"
+        "<th class=num>infeasible</th><th class=num>avg score</th><th class=num>attempts</th>"
         + ("<th class=num>step acc.</th><th class=num>grounding</th>" if with_reference else "")
         + "</tr>"
     )
@@ -332,12 +333,13 @@ def _domain_table(metrics: RunMetrics) -> str:
         cells = [
             f"<td>{'<b>ALL</b>' if d is metrics.overall else esc(d.domain)}</td>",
             f"<td class=num>{d.tasks}</td>", f"<td class=num>{d.success.successes}</td>",
-            f"<td class=num>{esc(pct(d.success.rate))}</td>", f"<td class=ci>{esc(ci(d.success))}</td>",
-            f"<td class=num>{esc(pct(d.success_sound.rate))}</td>",
+            f"<td class=num>{esc(pct(d.success_sound.rate))}</td>", f"<td class=ci>{esc(ci(d.success_sound))}</td>",
+            f"<td class=num>{esc(pct(d.success.rate))}</td>",
+            f'<td class=num title="{esc(left_out_text(d.outcomes))}">{left_out(d)}</td>',
             f"<td class=num>{esc(fraction(d.feasible))}</td>",
             f"<td class=num>{esc(fraction(d.infeasible))}</td>",
             f"<td class=num>{esc(score_text(d.avg_score))}</td>",
-            f"<td class=num>{d.infrastructure_errors}</td>", f"<td class=num>{d.attempts}</td>",
+            f"<td class=num>{d.attempts}</td>",
         ]
         if with_reference and d.reference is not None:
             cells.append(f"<td class=num>{esc(pct(d.reference.step_accuracy))}</td>")

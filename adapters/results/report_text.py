@@ -143,6 +143,11 @@ def left_out_text(outcomes: Mapping[str, int]) -> str:
     return ", ".join(f"{o.value.replace('_', ' ')}s {outcomes.get(o.value, 0)}" for o in UNSOUND_OUTCOMES)
 
 
+def left_out(metrics: DomainMetrics) -> int:
+    """Tasks the headline rate leaves out of its denominator."""
+    return metrics.tasks - metrics.success_sound.total
+
+
 def incomplete_text(status: RunStatus) -> str | None:
     """None for a completed run with every selected task finished; else one line saying so, e.g.
     "INCOMPLETE: 3 of 16 selected tasks have no final result (run status: budget_exhausted)".
@@ -210,9 +215,11 @@ def _provenance_lines(metrics: RunMetrics) -> list[str]:
 
 def _domain_table(metrics: RunMetrics) -> list[str]:
     with_reference = metrics.references_given
+    # The headline (sound environment) rate and its interval first, then the raw rate and how
+    # many tasks the headline leaves out (infrastructure errors and setup failures).
     header = (
-        f"{'domain':<20} {'tasks':>5} {'solved':>6} {'rate':>7} {'95% CI':>17} {'sound env':>10} "
-        f"{'avg score':>9} {'infra':>5} {'attempts':>8}"
+        f"{'domain':<20} {'tasks':>5} {'solved':>6} {'sound env':>9} {'95% CI':>17} {'raw':>7} "
+        f"{'left out':>8} {'avg score':>9} {'attempts':>8}"
     )
     if with_reference:
         header += f" {'step acc':>8} {'grounding':>9}"
@@ -223,9 +230,9 @@ def _domain_table(metrics: RunMetrics) -> list[str]:
             lines.append(rule)
             continue
         line = (
-            f"{clean(d.domain, 20):<20} {d.tasks:>5} {d.success.successes:>6} {pct(d.success.rate):>7} "
-            f"{ci(d.success):>17} {pct(d.success_sound.rate):>10} {score_text(d.avg_score):>9} "
-            f"{d.infrastructure_errors:>5} {d.attempts:>8}"
+            f"{clean(d.domain, 20):<20} {d.tasks:>5} {d.success.successes:>6} {pct(d.success_sound.rate):>9} "
+            f"{ci(d.success_sound):>17} {pct(d.success.rate):>7} {left_out(d):>8} {score_text(d.avg_score):>9} "
+            f"{d.attempts:>8}"
         )
         if with_reference and d.reference is not None:
             line += f" {pct(d.reference.step_accuracy):>8} {pct(d.reference.grounding_accuracy):>9}"

@@ -34,6 +34,10 @@ def test_progress_counts_success_errors_cost_and_eta(prefect_server: None, tmp_p
     line = progress_line(data)
     assert line.startswith("2/4 done, success 1/2 50% [") and "infra errors 1" in line
     assert "cost $0.0300 (150 tokens)" in line and "ETA " in line
+    # A setup failure is final but says nothing about the agent: out of the success so far.
+    progress.recorded(_result("c", OutcomeKind.SETUP_FAILURE))
+    data = json.loads(side.read_text())
+    assert (data["final"], data["scored"], data["successes"]) == (3, 2, 1)
     progress.finish("completed")
     assert "ETA" not in progress_line(json.loads(side.read_text()))
 

@@ -140,7 +140,8 @@ def _mixed_results(db_dir: Path, outside: Path) -> list[BenchmarkResult]:
         ),
         BenchmarkResult(
             task_id="setup-task", domain="settings", outcome=OutcomeKind.SETUP_FAILURE,
-            error="launch: no window appeared within 30 s", total_time_seconds=31.0,
+            error="open: [WinError 2] The system cannot find the file specified: 'C:\\Users\\Docker\\draft.docx'",
+            total_time_seconds=31.0,
         ),
     ]
 

@@ -18,6 +18,7 @@ from adapters.results.compare import (
     comparison_markdown,
     final_attempts,
     render_comparison_text,
+    stored_run_status,
 )
 from adapters.results.stats import mcnemar_exact, paired_difference_interval, unpaired_difference_interval
 from adapters.results.stats import wilson_interval
@@ -156,8 +157,13 @@ def test_markdown_and_text_show_intervals_p_value_and_verdict() -> None:
     lo, hi = c.domains[0].delta_ci95  # type: ignore[misc]
     assert (
         f"| notepad | 100.0% (5/5) | 0.0% (0/5) | -100.0 pts | [{100 * lo:+.1f}, {100 * hi:+.1f}] pts "
-        "| paired, 5 tasks: 5 -> 0 solved | [56.6%, 100.0%] | [0.0%, 43.4%] |" in md
+        "| paired, 5 tasks: 5 -> 0 solved | [56.6%, 100.0%] | [0.0%, 43.4%] | 100.0% (5/5) | 0.0% (0/5) |" in md
     )
+    # settings: the baseline's infrastructure error is out of its headline rate, in its raw rate.
+    settings = next(line for line in md.splitlines() if line.startswith("| settings |"))
+    assert settings.startswith("| settings | 100.0% (5/5) | 83.3% (5/6) |") and settings.endswith(
+        "| 83.3% (5/6) | 83.3% (5/6) |")
+    assert "baseline run nightly-1: status not known (compared from result rows)" in md
     assert "## Broken (succeeded before, fail now): 6" in md and "- `t5` (settings): success -> agent_failure" in md
     assert "## Infrastructure errors and setup failures, not compared: 1" in md and "`x` (settings): infrastructure_error -> success" in md
 
@@ -166,6 +172,9 @@ def test_markdown_and_text_show_intervals_p_value_and_verdict() -> None:
     assert "Verdict: regressed" in text and "p = 0.031" in text
     notepad_line = next(line for line in text.splitlines() if line.startswith("notepad"))
     assert "100.0% (5/5)" in notepad_line and "[56.6%, 100.0%]" in notepad_line and "-100.0 pts" in notepad_line
+    assert ("baseline run nightly-1: status not known (compared from result rows); success rate (sound "
+            "environment) 100.0% (10/10) [72.2%, 100.0%], raw 90.9% (10/11), left out: setup failures 0, "
+            "infrastructure errors 1") in text
     assert "infrastructure errors and setup failures, not compared: 1" in text and "  x (settings): infrastructure_error -> success" in text
 
 
@@ -193,8 +202,9 @@ def _result(task_id: str, domain: str, outcome: OutcomeKind, attempt: int = 1) -
 def compare_store(tmp_path: Path) -> Iterator[ResultStore]:
     """Two runs of four tasks; one task needed a retry after an infrastructure error."""
     with ResultStore(tmp_path / "cmp.duckdb") as store:
-        for run_id in ("base", "new"):
-            store.start_run(RunInfo(run_id=run_id, agent="scripted", suite="bundled"))
+        # "new" selected 6 tasks: e ends on an infrastructure error and one was never attempted.
+        for run_id, task_count in (("base", 5), ("new", 6)):
+            store.start_run(RunInfo(run_id=run_id, agent="scripted", suite="bundled", task_count=task_count))
         ok, fail, infra = OutcomeKind.SUCCESS, OutcomeKind.AGENT_FAILURE, OutcomeKind.INFRASTRUCTURE_ERROR
         for task, domain, b, n in [("a", "notepad", ok, ok), ("b", "notepad", fail, ok), ("c", "settings", ok, fail),
                                    ("d", "settings", fail, fail)]:
@@ -224,12 +234,23 @@ def test_an_incomplete_run_is_named_in_the_comparison(compare_store: ResultStore
     compare_store.finish_run("base", "completed")
     compare_store.finish_run("new", "incomplete")
     c = compare_stored_runs(compare_store, "base", "new")
-    # The runs were started without a task count: "new" has 4 final results (e is still an
-    # infrastructure error), "base" 5.
-    assert c.new_status is not None and (c.new_status.status, c.new_status.final) == ("incomplete", 4)
-    assert c.warnings() == ["run new is incomplete"]
-    assert "WARNING: run new is incomplete" in render_comparison_text(c)
-    assert "**Warning: run new is incomplete" in comparison_markdown(c, "t")
+    # "new" has 4 final results of 6 selected (e is still an infrastructure error), "base" 5 of 5.
+    assert c.new_status is not None and (c.new_status.status, c.new_status.final, c.new_status.missing) == (
+        "incomplete", 4, 2)
+    incomplete = "INCOMPLETE: 2 of 6 selected tasks have no final result (run status: incomplete)"
+    assert c.warnings() == [f"new run new: {incomplete}"]
+    text, md = render_comparison_text(c), comparison_markdown(c, "t")
+    assert f"WARNING: new run new: {incomplete}" in text
+    assert f"**Warning: new run new: {incomplete}.**" in md
+    # Each run's status and missing count stand beside its rates, complete or not.
+    for report in (text, md):
+        assert "baseline run base: status completed, 0 of 5 selected tasks without a final result; " in report
+        assert "new run new: status incomplete, 2 of 6 selected tasks without a final result; " in report
+    # Read alone (e.g. when the two runs are in different files), the status is the same.
+    assert stored_run_status(compare_store.path, "new") == c.new_status
+    assert compare_runs(final_attempts(compare_store, "base"), final_attempts(compare_store, "new"), "base", "new",
+                        baseline_status=stored_run_status(compare_store, "base"),
+                        new_status=stored_run_status(compare_store, "new")).warnings() == c.warnings()
     # A setup failure is left out of the comparison like an infrastructure error.
     compare_store.record_result("new", _result("d", "settings", OutcomeKind.SETUP_FAILURE, attempt=2))
     assert sorted(f.task_id for f in compare_stored_runs(compare_store, "base", "new").left_out) == ["d", "e"]

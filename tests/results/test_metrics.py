@@ -31,6 +31,7 @@ from adapters.results.reference import (
     reference_from_plan,
     score_against_reference,
 )
+from adapters.results.report_text import incomplete_text
 from adapters.results.stats import wilson_interval
 from adapters.store.duckdb_store import ResultStore, StoreError
 from adapters.waa.catalog import bundled_suite_dir
@@ -129,6 +130,7 @@ def test_fractional_scores_infeasible_and_retries(metrics_edge_runs: EdgeRuns, m
     status = metrics.run_status()
     assert (status.selected, status.final, status.missing) == (6, 4, 2)
     assert status.warning() == "run edge-mixed is completed: 2 of 6 selected tasks have no final result"
+    assert incomplete_text(status) == "INCOMPLETE: 2 of 6 selected tasks have no final result (run status: completed)"
     retried = next(t for t in metrics.tasks if t.task_id == "retried-task")
     assert (retried.attempt, retried.attempts, retried.outcome) == (2, 2, "success")
 

@@ -82,7 +82,7 @@ def test_text_report_of_the_scripted_run(bundled_run_db: BundledRuns, bundled_ru
 
 def test_text_report_lists_unsolved_tasks(bundled_run_db: BundledRuns, bundled_run_store: ResultStore) -> None:
     report = render_text_report(bundled_run_store, bundled_run_db.random)
-    assert "success rate (all tasks with a result): 0/16 0.0% [0.0%, 19.4%]" in report
+    assert "success rate (raw, all tasks with a result): 0/16 0.0% [0.0%, 19.4%]" in report
     assert "not solved: 16 of 16 tasks" in report
     assert "reference trajectories: none given" in report
     assert "notepad-draft-documents" in report and "agent_failure" in report
@@ -93,15 +93,17 @@ def test_text_report_edge_cases(metrics_edge_runs: EdgeRuns, metrics_edge_store:
     assert "\x1b" not in report  # an evaluator's escape sequence cannot reach the terminal
     assert "reset failed ?[31magain?[0m" in report
     assert "success rate (sound environment): 2/3 66.7%" in report
-    assert "left out: 1 infrastructure errors, 1 setup failures" in report
-    assert "MISSING: 2 of 6 selected tasks have no final result" in report
+    assert "success rate (raw, all tasks with a result): 2/5 40.0%" in report
+    assert "left out: setup failures 1, infrastructure errors 1" in report
+    # 6 selected, 4 final: the run's status says so even though it ended "completed".
+    assert "INCOMPLETE: 2 of 6 selected tasks have no final result (run status: completed)" in report
     assert "attempts: 7 for 5 tasks (2 retries; 2 tasks retried)" in report
     assert "average score: 0.500" in report
     all_infra = render_text_report(metrics_edge_store, metrics_edge_runs.all_infra)
     assert "success rate (sound environment): 0/0 -" in all_infra
     empty = render_text_report(metrics_edge_store, metrics_edge_runs.empty, references={})
     assert "no task results recorded for this run" in empty
-    assert "success rate (all tasks with a result): 0/0 -" in empty
+    assert "success rate (raw, all tasks with a result): 0/0 -" in empty
     assert "reference trajectories: none of the 0 tasks has one" in empty
     with pytest.raises(StoreError, match="unknown run 'nope'"):
         render_text_report(metrics_edge_store, "nope")
@@ -187,7 +189,9 @@ def test_html_edge_cases(metrics_edge_runs: EdgeRuns, metrics_edge_store: Result
     assert len(page.tags("rect", "target-box")) == 1
     # Retries are listed, infrastructure errors and the missing task are in the summary.
     assert "Attempts" in text and "VM unreachable" in text
-    assert "Run edge-mixed is completed: 2 of 6 selected tasks have no final result." in text
+    assert "INCOMPLETE: 2 of 6 selected tasks have no final result (run status: completed)" in text
+    (card,) = page.tags("div", "incomplete")
+    assert card.get("id") == "incomplete"
     for run_id in (metrics_edge_runs.all_infra, metrics_edge_runs.empty):
         other = _Page(write_html_report(metrics_edge_store, run_id, tmp_path / f"{run_id}.html").read_text())
         assert "success rate" in other.all_text
