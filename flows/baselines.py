@@ -38,6 +38,7 @@ from adapters.results.compare import (
 from adapters.results.source import latest_completed_run as stored_latest_completed_run
 from adapters.vms.base import ResetLevel
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
+from flows.bookkeeping import best_effort
 from flows.evaluate_suite import run_suite
 from flows.run_config import SuiteRunConfig
 
@@ -362,10 +363,13 @@ def evaluate_model_update(
     )
     title = f"{model} vs baseline {chosen.name}" + (f" (checkpoint {checkpoint})" if checkpoint else "")
     markdown = comparison_markdown(comparison, title)
-    create_markdown_artifact(
-        key=f"model-update-{slug(chosen.name)}",
-        markdown=markdown,
-        description=f"{model} vs baseline {chosen.name}: {comparison.verdict}",
+    best_effort(
+        "publishing the comparison artifact",
+        lambda: create_markdown_artifact(
+            key=f"model-update-{slug(chosen.name)}",
+            markdown=markdown,
+            description=f"{model} vs baseline {chosen.name}: {comparison.verdict}",
+        ),
     )
     logger.info("verdict: %s (p = %s)", comparison.verdict, comparison.p_value)
     logger.info("comparison\n%s", markdown)

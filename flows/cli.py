@@ -24,13 +24,14 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from adapters.results.export import ExportError
-from adapters.store.duckdb_store import StoreError
+from adapters.store.duckdb_store import ResultStore, StoreError
 
 
 # Exit status of `arena run` by run status: cron and CI see anything but a complete run as a failure.
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # the shell's code for a process stopped by Ctrl-C (128 + SIGINT)
+EXIT_TERMINATED = 143  # and by SIGTERM (128 + SIGTERM): `kill`, `docker stop`, systemd
 RUN_EXIT_CODES: dict[str, int] = {
     "completed": 0, "failed": EXIT_FAILED, "incomplete": 3, "budget_exhausted": 4, "cancelled": 5,
     "interrupted": EXIT_INTERRUPTED,
@@ -97,18 +98,30 @@ def _run(args: argparse.Namespace) -> int:
     if config.run_id is None:
         config = config.model_copy(update={"run_id": new_run_id()})  # named in the resume hint
     build_agent(config.agent, config.resolved_agent_options())
+    from prefect.exceptions import TerminationSignal
+
     from flows.terminal import ProgressPrinter, quiet_expected_tracebacks
 
     quiet_expected_tracebacks(verbose=args.verbose)
+    if args.owns_process:
+        from flows.cancellation import terminate_on_sigterm
+        from flows.reaper import start_reaper
+
+        terminate_on_sigterm()  # SIGTERM and a cancel from the Prefect UI stop the run cleanly
+        args.reaper = start_reaper()  # ends the temporary server and simulations if we are killed
     try:
         with ProgressPrinter(config.artifacts_dir / config.run_id / "progress.json"):
             outcome = run_suite(config)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, TerminationSignal) as stop:
+        if _stored_status(config.db_path, config.run_id) == "cancelled":
+            print(f"arena: run {config.run_id} was cancelled from Prefect; attempts recorded so far are kept "
+                  f"(resume with --run-id {config.run_id})", file=sys.stderr)
+            return RUN_EXIT_CODES["cancelled"]
         print(
             f"arena: interrupted; attempts recorded so far are kept (resume with --run-id {config.run_id})",
             file=sys.stderr,
         )
-        return EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED if isinstance(stop, KeyboardInterrupt) else EXIT_TERMINATED
     print("\n" + outcome.table)
     if outcome.status != "completed":
         print(f"\nRun status: {outcome.status} (rerun with --run-id {outcome.run_id} to finish it)")
@@ -122,6 +135,16 @@ def _run(args: argparse.Namespace) -> int:
         print(f"arena: run {outcome.run_id} ended {outcome.status}: {missing} task(s) without a final result",
               file=sys.stderr)
     return code
+
+
+def _stored_status(db: Path, run_id: str) -> str | None:
+    """The status the run stored when it stopped (None if it stored none)."""
+    try:
+        with ResultStore(db) as store:
+            run = store.get_run(run_id)
+    except (StoreError, OSError):
+        return None
+    return run.status if run else None
 
 
 def _pairs(option: str, form: str, values: list[str] | None) -> list[tuple[str, str]]:
@@ -216,7 +239,6 @@ def write_run_report(db: Path, run_id: str, html: Path | None = None, demo_libra
     from adapters.results.metrics import references_for_run
     from adapters.results.report_html import write_html_report
     from adapters.results.report_text import render_text_report
-    from adapters.store.duckdb_store import ResultStore
 
     if not db.is_file():
         raise StoreError(f"{db.resolve()}: results database not found")
@@ -403,6 +425,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The Prefect server's analytics cannot reach the internet here and only log failures.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     args = build_parser().parse_args(argv)
+    # Called as the process's own command (not from Python with an argument list): the process
+    # is ours to watch over (see flows/reaper.py).
+    args.owns_process = argv is None
     try:
         return int(args.func(args))
     except ValidationError as exc:

@@ -28,6 +28,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.exceptions import TerminationSignal
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from adapters.agents import build_agent
@@ -36,7 +37,9 @@ from adapters.store.duckdb_store import ResultStore
 from adapters.vms.janitor import sweep_run
 from adapters.vms.registry import build_provider
 from adapters.waa.catalog import WAATaskCatalog
+from flows.bookkeeping import best_effort
 from flows.budget import RunBudget
+from flows.cancellation import cancellation_requested, stop_when_cancelled
 from flows.pool_engine import PoolRunRequest, evaluate_on_pool
 from flows.progress import RunProgress
 from flows.provenance import run_info
@@ -53,13 +56,13 @@ def _flow_run_name() -> str:
     return f"waa-{config.agent}{model}-{Path(config.suite_dir).name}-{config.provider}"
 
 
-def _delete_run_resources(flow: Any, flow_run: Any, state: Any) -> None:
+def _delete_run_resources(flow: Any, run: Any, state: Any) -> None:
     """Flow hook for cancelled or crashed runs: delete every cloud resource tagged with the run.
 
     A crash or cancellation can end the process before the flow's own `finally` tears the pool
     down; the tags make the leftovers findable from here (and by the janitor later).
     """
-    config = SuiteRunConfig.model_validate(flow_run.parameters["config"])
+    config = SuiteRunConfig.model_validate(run.parameters["config"])
     if not config.run_id:
         return
     provider = build_provider(config.provider, config.provider_settings(config.run_id))
@@ -108,19 +111,22 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
         shard_errors: list[str] = []
         request = PoolRunRequest(config, run_id, catalog, provider, agent_options, store, budget, progress)
         try:
-            if config.shards:
-                # Imported here: flows.shard runs this flow's engine on worker hosts and imports
-                # from this package; the shard path is the rarer one.
-                from flows.shard import evaluate_on_shards
+            with stop_when_cancelled():
+                if config.shards:
+                    # Imported here: flows.shard runs this flow's engine on worker hosts and
+                    # imports from this package; the shard path is the rarer one.
+                    from flows.shard import evaluate_on_shards
 
-                provider.close()  # each shard brings up its own VMs on its host
-                results, shard_errors = evaluate_on_shards(config, run_id, catalog, todo, store, budget, progress)
-            else:
-                results = evaluate_on_pool(request, todo)
+                    provider.close()  # each shard brings up its own VMs on its host
+                    results, shard_errors = evaluate_on_shards(config, run_id, catalog, todo, store, budget, progress)
+                else:
+                    results = evaluate_on_pool(request, todo)
             completeness = run_completeness(store, run_id, tasks, budget)
             status = completeness.status
-        except KeyboardInterrupt:
-            status = "interrupted"  # Ctrl-C: recorded attempts stand; a resume finishes the run
+        except (KeyboardInterrupt, TerminationSignal):
+            # Ctrl-C, a Prefect cancellation or another SIGTERM: recorded attempts stand and a
+            # resume finishes the run.
+            status = "cancelled" if cancellation_requested() else "interrupted"
             raise
         finally:
             store.finish_run(run_id, status)
@@ -137,8 +143,11 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
             run_id, status, completeness.missing, completeness.selected,
         )
     description = f"WAA run {run_id}: {config.agent} agent on {len(tasks)} tasks ({environment}), {status}"
-    create_table_artifact(key="waa-run-summary", table=summary_rows(summary, completeness), description=description)
-    create_markdown_artifact(key="waa-run-summary-report", markdown=markdown, description=description)
+    rows = summary_rows(summary, completeness)
+    best_effort("publishing the summary table artifact",
+                lambda: create_table_artifact(key="waa-run-summary", table=rows, description=description))
+    best_effort("publishing the summary report artifact",
+                lambda: create_markdown_artifact(key="waa-run-summary-report", markdown=markdown, description=description))
     return RunOutcome(
         run_id=run_id,
         db_path=config.db_path,

@@ -38,8 +38,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-from prefect.concurrency.sync import concurrency
-from prefect.exceptions import ObjectNotFound
+from prefect.exceptions import ObjectNotFound, TerminationSignal
 from prefect.states import Completed, State
 
 from adapters.agents import AgentOptions, build_agent
@@ -52,15 +51,20 @@ from adapters.vms.pool import VMPool
 from adapters.waa.catalog import WAATaskCatalog
 from adapters.waa.live import LiveAdapterSettings
 from flows.attempt import AttemptContext, run_attempt
+from flows.bookkeeping import best_effort, pool_slots, warn
 from flows.budget import RunBudget
-from flows.progress import RunProgress, warn
+from flows.progress import RunProgress
 from flows.run_config import SuiteRunConfig
 from tasks.provision import provision_pool
 from tasks.record import record_result
 
 
-# How long a stopped run waits for its running attempts before tearing the pool down.
+# How long a stopped run waits for its running attempts before tearing the pool down: after
+# Ctrl-C, and after a SIGTERM (a Prefect cancellation, `docker stop`, systemd). A Prefect runner
+# SIGKILLs a cancelled flow run's process 30 s after its SIGTERM, so that wait leaves time for
+# the teardown.
 STOP_GRACE_SECONDS = 30.0
+TERMINATION_GRACE_SECONDS = 10.0
 
 
 @dataclass
@@ -105,8 +109,15 @@ def _pool_concurrency_limit(name: str, size: int) -> Iterator[str]:
     try:
         yield name
     finally:
-        with get_client(sync_client=True) as client:
+        best_effort(f"removing concurrency limit {name!r}", lambda: _delete_limit(name))
+
+
+def _delete_limit(name: str) -> None:
+    with get_client(sync_client=True) as client:
+        try:
             client.delete_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            pass  # a retry after the server did delete it
 
 
 class WorkQueue:
@@ -120,6 +131,7 @@ class WorkQueue:
     def __init__(self, tasks: list[BenchmarkTask], first_attempts: dict[str, int] | None = None) -> None:
         self._todo: deque[BenchmarkTask] = deque(tasks)
         self._closed = False
+        self._abandoned = False
         self._running = 0
         self._lock = threading.Lock()
         # Lowest attempt number per task when the attempts so far are stored elsewhere (shards).
@@ -141,6 +153,18 @@ class WorkQueue:
         """Start no more tasks (the run is being stopped); running ones carry on."""
         with self._lock:
             self._closed = True
+
+    def abandon(self) -> None:
+        """The stop's grace period is over: attempts still running are cut off by the teardown,
+        and what they would report is not their task's outcome, so they record nothing."""
+        with self._lock:
+            self._closed = True
+            self._abandoned = True
+
+    @property
+    def abandoned(self) -> bool:
+        with self._lock:
+            return self._abandoned
 
     def done(self) -> None:
         """A task taken with `take` has ended."""
@@ -225,6 +249,9 @@ def attempt_task(task: BenchmarkTask, lanes: Lanes) -> State | None:
             result = run_attempt(task, vm, lanes.attempt, attempt)
             vm_seconds = time.monotonic() - leased
             result = result.model_copy(update={"timings": {**result.timings, "vm": vm_seconds}})
+            if lanes.work.abandoned:
+                get_run_logger().warning("task %s: attempt %d abandoned by the stop, not recorded", task.task_id, attempt)
+                return None
             # Recorded before the VM goes back: replacing a failed VM can take minutes.
             record_result(store, run_id, result)
         finally:
@@ -315,21 +342,12 @@ def evaluate_on_pool(request: PoolRunRequest, todo: list[BenchmarkTask]) -> list
                 progress=r.progress,
             )
             with _pool_concurrency_limit(f"waa-pool-{resources}", pool.size) as limit_name:
-                with concurrency(limit_name, occupy=pool.size, strict=True):
+                with pool_slots(limit_name, pool.size):
                     futures = [run_lane.submit(lane, lanes) for lane in range(pool.size)]
                     try:
                         by_id = {result.task_id: result for f in futures for result in f.result()}
-                    except KeyboardInterrupt:
-                        # Ctrl-C: start nothing new, give running attempts a grace period to be
-                        # recorded, then tear down (the `finally` below) and let the run stop.
-                        lanes.work.close()
-                        get_run_logger().warning(
-                            "interrupted: no new task starts; waiting up to %g s for %d running attempt(s)",
-                            STOP_GRACE_SECONDS, lanes.work.running,
-                        )
-                        deadline = time.monotonic() + STOP_GRACE_SECONDS
-                        for f in futures:
-                            f.wait(max(0.0, deadline - time.monotonic()))
+                    except (KeyboardInterrupt, TerminationSignal) as stop:
+                        _stop_lanes(lanes, futures, stop)
                         raise
             _report_pool_problems(pool, r.problems)
         return [by_id[t.task_id] for t in todo if t.task_id in by_id]
@@ -337,6 +355,21 @@ def evaluate_on_pool(request: PoolRunRequest, todo: list[BenchmarkTask]) -> list
         pool.teardown()
         provider_leftovers(provider, resources, get_run_logger())
         provider.close()
+
+
+def _stop_lanes(lanes: Lanes, futures: list[Any], stop: BaseException) -> None:
+    """Ctrl-C or SIGTERM: start nothing new, give running attempts a grace period to end and be
+    recorded, then abandon the rest; the caller tears the pool down and lets the run stop."""
+    lanes.work.close()
+    grace = STOP_GRACE_SECONDS if isinstance(stop, KeyboardInterrupt) else TERMINATION_GRACE_SECONDS
+    get_run_logger().warning(
+        "stopping (%s): no new task starts; waiting up to %g s for %d running attempt(s)",
+        "Ctrl-C" if isinstance(stop, KeyboardInterrupt) else "SIGTERM", grace, lanes.work.running,
+    )
+    deadline = time.monotonic() + grace
+    for f in futures:
+        f.wait(max(0.0, deadline - time.monotonic()))
+    lanes.work.abandon()
 
 
 def provider_leftovers(provider: VMProvider, run_id: str, logger: Any) -> None:

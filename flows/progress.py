@@ -3,26 +3,21 @@ can read while the controller holds the DuckDB file."""
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from prefect import get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from adapters.benchmark import BenchmarkResult, OutcomeKind
 from adapters.results.stats import wilson_interval
-
-
-def warn(message: str) -> None:
-    try:
-        get_run_logger().warning(message)
-    except Exception:  # noqa: BLE001 - no run context (e.g. called outside a flow)
-        pass
+from flows.bookkeeping import best_effort, warn
 
 
 class RunProgress:
@@ -30,8 +25,10 @@ class RunProgress:
 
     Both say what a person watching wants to know while the run goes: tasks done of selected,
     success so far with its Wilson interval, infrastructure errors, model cost and tokens, and
-    an estimate of the time left (from this invocation's pace). Artifact API failures are
-    logged, never raised: progress reporting must not fail a run.
+    an estimate of the time left (from this invocation's pace). The artifact is updated from a
+    background thread (lanes never wait on the Prefect API; updates queued behind a slow one
+    collapse into the newest), and its failures are logged, never raised: progress reporting
+    must not fail or stall a run.
     """
 
     ARTIFACT_KEY = "waa-run-progress"
@@ -52,6 +49,8 @@ class RunProgress:
         self._final_at_start = final  # a resumed run's earlier results do not set the pace
         self._lock = threading.Lock()
         self._artifact_id: Any = None
+        self._publisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="progress-artifact")
+        self._publish_queued = False
         try:
             self._artifact_id = create_progress_artifact(
                 progress=self._percent(), key=self.ARTIFACT_KEY, description=self._description()
@@ -107,18 +106,29 @@ class RunProgress:
             if result.usage is not None:
                 self.cost_usd += result.usage.cost_usd
                 self.tokens += result.usage.input_tokens + result.usage.output_tokens
-            percent, description = self._percent(), self._description()
             self._write_side_file()
-        if self._artifact_id is not None:
-            try:
-                update_progress_artifact(self._artifact_id, progress=percent, description=description)
-            except Exception as exc:  # noqa: BLE001 - see class docstring
-                warn(f"progress artifact not updated: {exc}")
+            if self._artifact_id is None or self._publish_queued:
+                return
+            self._publish_queued = True
+        # The Prefect settings (API URL) live in context variables; the publisher needs them.
+        self._publisher.submit(contextvars.copy_context().run, self._publish)
+
+    def _publish(self) -> None:
+        with self._lock:
+            self._publish_queued = False
+            percent, description = self._percent(), self._description()
+        best_effort(
+            "updating the progress artifact",
+            lambda: update_progress_artifact(self._artifact_id, progress=percent, description=description),
+            retry_for=20.0,
+        )
 
     def finish(self, status: str) -> None:
+        """Record the run's final status and wait for the last artifact update."""
         with self._lock:
             self.status = status
             self._write_side_file()
+        self._publisher.shutdown(wait=True)
 
     def _write_side_file(self) -> None:
         if self.side_file is None:

@@ -61,6 +61,7 @@ class VMPool:
         self._creators: list[threading.Thread] = []
         self._replacements = 0
         self._retired = 0
+        self._closing = False  # teardown began: no new VM, and any that still arrives is deleted
         self.usage = VMUsage()
 
     def _vm_name(self, index: int) -> str:
@@ -130,17 +131,23 @@ class VMPool:
                 self._pending -= 1
                 self._cond.notify_all()
             return
-        with self._cond:
-            self._pending -= 1
-            self._add(vm)
+        self._add(vm, pending_done=True)
 
-    def _add(self, vm: VMHandle) -> None:
+    def _add(self, vm: VMHandle, pending_done: bool = False) -> None:
+        """Make a VM that came up leasable (and count its creation as ended if `pending_done`);
+        one that came up after teardown began is deleted instead, never handed out."""
         with self._cond:
-            self._all[vm.vm_id] = vm
-            self.usage.alive_since[vm.vm_id] = time.monotonic()
-            self.usage.gone_at.pop(vm.vm_id, None)
-            self._free.append(vm)
+            if pending_done:
+                self._pending -= 1
+            late = self._closing
+            if not late:
+                self._all[vm.vm_id] = vm
+                self.usage.alive_since[vm.vm_id] = time.monotonic()
+                self.usage.gone_at.pop(vm.vm_id, None)
+                self._free.append(vm)
             self._cond.notify_all()
+        if late:
+            self.provider.delete(vm)
 
     def _describe_errors(self) -> str:
         if not self._creation_errors:
@@ -198,9 +205,19 @@ class VMPool:
         with self._cond:
             self._all.pop(vm.vm_id, None)
             self.usage.gone_at.setdefault(vm.vm_id, time.monotonic())
-            self._replacements += 1
-            self._pending += 1
-            name = f"{self._vm_name(0).rsplit('-', 1)[0]}-r{self._replacements}"
+            closing = self._closing
+            if not closing:
+                self._replacements += 1
+                self._pending += 1
+                name = f"{self._vm_name(0).rsplit('-', 1)[0]}-r{self._replacements}"
+        if closing:
+            # Teardown began: the failed VM goes, and nothing replaces it.
+            try:
+                self.provider.delete(vm)
+            except Exception as exc:  # noqa: BLE001 - the run's sweep deletes what is left
+                with self._cond:
+                    self._creation_errors.append(f"{vm.vm_id}: not deleted during teardown: {exc}")
+            return
         try:
             fresh = self.provider.replace(vm, name)
         except Exception as exc:  # noqa: BLE001 - recorded; the pool goes on without this VM
@@ -209,9 +226,7 @@ class VMPool:
                 self._pending -= 1
                 self._cond.notify_all()
             return
-        with self._cond:
-            self._pending -= 1
-            self._add(fresh)
+        self._add(fresh, pending_done=True)
 
     def retire_spare(self, still_needed: int) -> bool:
         """Delete one idle VM if the pool has more VMs (up or coming) than `still_needed`.
@@ -256,9 +271,12 @@ class VMPool:
     def teardown(self) -> None:
         """Delete every VM of the pool, in parallel; safe to call more than once.
 
-        VMs still being created are waited for first, so none is left behind. Every deletion is
-        attempted even when some fail; the first failure is raised at the end.
+        From its start no VM is created or replaced, and one whose creation was under way is
+        deleted as it comes up, so none is left behind (the creations are waited for). Every
+        deletion is attempted even when some fail; the failures are raised together at the end.
         """
+        with self._cond:
+            self._closing = True
         for thread in self._creators:
             thread.join()
         vms = self.vms()

@@ -92,9 +92,13 @@ def test_bad_run_options_fail_in_one_line_before_prefect_starts(
     assert list(tmp_path.iterdir()) == []  # nothing written: no results folder, no run row
 
 
-def test_ctrl_c_stops_the_run_keeps_its_results_and_exits_130(tmp_path: Path) -> None:
-    """SIGINT to `arena run`: no new task, running attempts recorded, status 'interrupted',
-    one line naming the resume command, exit 130, no simulation left behind."""
+@pytest.mark.parametrize("signum, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_ctrl_c_or_sigterm_stops_the_run_keeps_its_results_and_exits_130_or_143(
+    signum: str, code: int, tmp_path: Path
+) -> None:
+    """SIGINT (Ctrl-C) or SIGTERM (`kill`, `docker stop`) to `arena run`: no new task, running
+    attempts recorded, status 'interrupted', one line naming the resume command, exit 130 or
+    143, no simulation left behind."""
     import json
     import os
     import signal
@@ -124,12 +128,12 @@ def test_ctrl_c_stops_the_run_keeps_its_results_and_exits_130(tmp_path: Path) ->
                 pass
             time.sleep(0.1)
         children = psutil.Process(proc.pid).children(recursive=True)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(getattr(signal, signum))
         out, err = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err[-2000:]
+    assert proc.returncode == code, err[-2000:]
     assert "arena: interrupted; attempts recorded so far are kept (resume with --run-id ctrl-c)" in err
     assert "Traceback" not in err
     with duckdb.connect(str(tmp_path / "arena.duckdb"), read_only=True) as con:
@@ -143,3 +147,57 @@ def test_ctrl_c_stops_the_run_keeps_its_results_and_exits_130(tmp_path: Path) ->
             return False
 
     assert [c.pid for c in children if is_simulation(c)] == []
+
+
+def test_sigkill_of_arena_run_leaves_no_process_behind(tmp_path: Path) -> None:
+    """`kill -9` of `arena run` (the OOM killer, a CI timeout) gives it no chance to clean up:
+    its watcher still ends the temporary Prefect server and every simulation it started."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    progress = tmp_path / "art" / "killed" / "progress.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "run", "--run-id", "killed", "--quirks", "--pool-size", "2",
+         "--db", str(tmp_path / "arena.duckdb"), "--artifacts", str(tmp_path / "art")],
+        cwd=Path(__file__).resolve().parents[2], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if json.loads(progress.read_text()).get("attempts_recorded", 0) >= 1:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.1)
+        children = [c for c in psutil.Process(proc.pid).children(recursive=True) if "flows.reaper" not in " ".join(c.cmdline())]
+        commands = " ".join(" ".join(c.cmdline()) for c in children)
+        assert "adapters.waa.localenv" in commands and "prefect.server" in commands, commands
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+    def left() -> list[str]:
+        alive = []
+        for c in children:
+            try:
+                if c.is_running() and c.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(" ".join(c.cmdline())[:120])
+            except psutil.Error:
+                pass
+        return alive
+
+    deadline = time.monotonic() + 20
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert left() == []

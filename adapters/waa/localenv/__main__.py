@@ -93,6 +93,20 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _stop_when_orphaned(server: object) -> None:
+    """Shut the server down once its parent is gone (the child is then re-parented, so
+    getppid() changes): a controller killed with SIGKILL, or a cancelled flow run's process,
+    must not leave simulations running."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        server.shutdown()  # type: ignore[attr-defined]
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     p = argparse.ArgumentParser(prog="python -m adapters.waa.localenv", description="WAA simulation server")
@@ -103,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--width", type=int, default=1280)
     p.add_argument("--height", type=int, default=800)
     p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback host (no authentication!)")
+    p.add_argument("--exit-with-parent", action="store_true",
+                   help="stop when the process that started this one dies (even by SIGKILL)")
     d = QuirkSettings()
     q = p.add_argument_group("quirks mode", "the real server's slow/awkward behaviours (only with --quirks)")
     q.add_argument("--quirks", action="store_true", help="turn quirks mode on")
@@ -154,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    if args.exit_with_parent:
+        _stop_when_orphaned(server)
     mode = f", quirks {quirks.to_dict()}" if quirks else ""
     print(f"WAA SIMULATION listening on http://{args.host}:{port} "
           f"(simulated Windows desktop {args.width}x{args.height}, root {args.root}{mode})", flush=True)

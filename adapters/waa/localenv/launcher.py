@@ -15,6 +15,7 @@ the caller's own readiness wait is what gets exercised.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -93,7 +94,7 @@ def start_local_env(root: Path, *, width: int = 1280, height: int = 800, startup
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH", "")]))
     env["PYTHONUNBUFFERED"] = "1"
     cmd = [sys.executable, "-m", "adapters.waa.localenv", "--host", "127.0.0.1", "--port", "0", "--root", str(root),
-           "--port-file", str(port_file), "--width", str(width), "--height", str(height)]
+           "--port-file", str(port_file), "--width", str(width), "--height", str(height), "--exit-with-parent"]
     if settings is not None:
         cmd += settings.cli_args()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
@@ -101,10 +102,17 @@ def start_local_env(root: Path, *, width: int = 1280, height: int = 800, startup
     log.close()
     deadline = time.monotonic() + startup_timeout
 
+    def tidy() -> None:
+        # The port file has done its job; the folder stays only if it holds the log.
+        port_file.unlink(missing_ok=True)
+        if log_path.parent != run_dir:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
     def fail(why: str) -> LocalEnvError:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        tidy()
         return LocalEnvError(f"WAA simulation {why}; log {log_path}:\n{_tail(log_path)}")
 
     while not port_file.exists():
@@ -114,6 +122,7 @@ def start_local_env(root: Path, *, width: int = 1280, height: int = 800, startup
             raise fail(f"did not start within {startup_timeout} s")
         time.sleep(0.05)
     base_url = f"http://127.0.0.1:{int(port_file.read_text().strip())}"
+    tidy()
     while wait_ready:
         try:
             if requests.get(base_url + "/probe", timeout=2).status_code == 200:

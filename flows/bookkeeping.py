@@ -1,0 +1,80 @@
+"""Prefect API calls that only keep books: releasing the pool's concurrency slots, removing its
+limit, publishing artifacts, naming task runs.
+
+A run's status comes from its recorded results, not from these calls: they are retried through a
+short Prefect server outage (a restart, a proxy blip) and, if the server stays away, logged and
+given up. None of them may turn a finished evaluation into a failed one.
+
+    best_effort(what, call)     call, retried with back-off for up to `retry_for` seconds
+    pool_slots(name, occupy)    hold `occupy` slots of a global concurrency limit for a block
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+from prefect import get_run_logger
+from prefect.concurrency.sync import concurrency
+
+T = TypeVar("T")
+
+# How long bookkeeping keeps retrying before it gives up (the Prefect client's own retries
+# cover a few seconds; a server restart under load takes longer).
+RETRY_SECONDS = 60.0
+
+
+def warn(message: str) -> None:
+    """A warning in the run's log (nothing outside a flow or task run)."""
+    try:
+        get_run_logger().warning(message)
+    except Exception:  # noqa: BLE001 - no run context (e.g. a background thread)
+        pass
+
+
+def best_effort(what: str, call: Callable[[], T], retry_for: float = RETRY_SECONDS) -> T | None:
+    """`call()`, retried with exponential back-off (1 s, 2 s, ... 10 s) for up to `retry_for`
+    seconds; on giving up, a warning naming `what` and None. Never raises an Exception."""
+    deadline = time.monotonic() + retry_for
+    delay = 1.0
+    while True:
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail the run
+            if time.monotonic() + delay > deadline:
+                warn(f"{what} failed (given up after {retry_for:g} s; the run's results are not affected): "
+                     f"{type(exc).__name__}: {exc}")
+                return None
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+
+@contextmanager
+def pool_slots(name: str, occupy: int, lease_seconds: float = 300.0) -> Iterator[None]:
+    """Hold `occupy` slots of the strict global concurrency limit `name` while the block runs.
+
+    Taking the slots must succeed (a missing limit fails loudly). Renewing their lease and
+    releasing them are bookkeeping: a renewal that fails does not stop the run, and a release
+    that fails is logged; the lease then expires by itself after `lease_seconds`.
+    """
+    slots = concurrency(name, occupy=occupy, strict=True, lease_duration=lease_seconds,
+                        raise_on_lease_renewal_failure=False)
+    slots.__enter__()
+    try:
+        yield
+    except BaseException:
+        _release(slots, *sys.exc_info())
+        raise
+    else:
+        _release(slots, None, None, None)
+
+
+def _release(slots: object, *exc_info: object) -> None:
+    try:
+        slots.__exit__(*exc_info)  # type: ignore[attr-defined]
+    except Exception as exc:  # noqa: BLE001 - see pool_slots
+        warn(f"could not release the pool's concurrency slots (they expire with their lease): "
+             f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,67 @@
+"""Nothing `arena run` starts outlives it, even when it is killed with SIGKILL.
+
+`arena run` may start a temporary Prefect server and local simulations. Its own clean-up covers
+Ctrl-C and SIGTERM, but SIGKILL (the OOM killer, `kill -9`, a CI job's timeout) ends it with no
+chance to clean up. So it starts this small watcher first:
+
+    python -m flows.reaper        (its stdin is a pipe whose only writer is `arena run`)
+
+The watcher notes the descendants of its parent every second; when the pipe reaches end of file,
+the parent has ended, however it ended, and the watcher terminates the processes it last saw
+(SIGTERM, then SIGKILL after a grace period), then exits. psutil keeps each process's start time,
+so a recycled pid is never signalled.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+
+import psutil
+
+SNAPSHOT_SECONDS = 1.0
+GRACE_SECONDS = 5.0
+
+
+def start_reaper() -> subprocess.Popen[bytes]:
+    """Start the watcher for this process; keep the returned handle alive as long as the process."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "flows.reaper", str(os.getpid())],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a Ctrl-C in the terminal reaches arena run, not the watcher
+    )
+
+
+def watch(parent_pid: int) -> None:
+    """Block until stdin closes, then end the descendants of `parent_pid` seen last."""
+    me = os.getpid()
+    seen: list[psutil.Process] = []
+    while True:
+        try:
+            parent = psutil.Process(parent_pid)
+            seen = [p for p in parent.children(recursive=True) if p.pid != me]
+        except psutil.Error:
+            break  # the parent is gone already
+        readable, _, _ = select.select([sys.stdin.buffer], [], [], SNAPSHOT_SECONDS)
+        if readable and not sys.stdin.buffer.read1(1):
+            break  # end of file: the parent ended
+    alive = [p for p in seen if p.is_running()]
+    for process in alive:
+        try:
+            process.terminate()
+        except psutil.Error:
+            pass
+    _, still_alive = psutil.wait_procs(alive, timeout=GRACE_SECONDS)
+    for process in still_alive:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+
+
+if __name__ == "__main__":
+    watch(int(sys.argv[1]))

@@ -1,0 +1,250 @@
+"""Operating the pipeline as a team does, against a REAL `prefect server start`:
+
+- the server is SIGKILLed mid-run and restarted: the run still completes with every result;
+- a served run is cancelled through the API (what the UI's Cancel and `prefect flow-run cancel`
+  do): it is stored as `cancelled`, no simulation outlives it, and a resume finishes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import psutil
+import pytest
+import requests
+
+from server_helpers import PREFECT_BIN, PROJECT, free_port, stop, tail, wait_for
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "ARENA_"))}
+
+
+class PrefectServer:
+    """`prefect server start` on a fixed port and home, so it can be killed and started again."""
+
+    def __init__(self, home: Path, log: Path) -> None:
+        self.port = free_port()
+        self.api_url = f"http://127.0.0.1:{self.port}/api"
+        self.home, self.log = home, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {
+            **_clean_env(),
+            "PREFECT_HOME": str(self.home),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
+            "PREFECT_LOGGING_LEVEL": "WARNING",
+        }
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [str(PREFECT_BIN), "server", "start", "--host", "127.0.0.1", "--port", str(self.port), "--no-ui"],
+                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        try:
+            wait_for("the server's /api/health", lambda: requests.get(f"{self.api_url}/health", timeout=2).ok, 90)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\nserver log:\n{tail(self.log)}") from None
+
+    def kill(self) -> None:
+        """SIGKILL, as the OOM killer or a crashed host would: no shutdown of any kind."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop(self.proc)
+
+
+@pytest.fixture()
+def server(tmp_path: Path) -> Iterator[PrefectServer]:
+    s = PrefectServer(tmp_path / "server-home", tmp_path / "server.log")
+    s.start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def _progress(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _run_row(db: Path, run_id: str) -> tuple[str, int]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        (status,) = con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        (results,) = con.execute(
+            "SELECT count(DISTINCT task_id) FROM task_results WHERE run_id = ?", [run_id]
+        ).fetchone()
+    return status, results
+
+
+def _simulations(processes: list[psutil.Process]) -> list[int]:
+    """The pids among `processes` that are still running local WAA simulations."""
+    alive = []
+    for p in processes:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and "adapters.waa.localenv" in " ".join(p.cmdline()):
+                alive.append(p.pid)
+        except psutil.Error:
+            pass
+    return alive
+
+
+def test_server_killed_and_restarted_mid_run_the_run_completes(server: PrefectServer, tmp_path: Path) -> None:
+    """A ~20 s outage of the Prefect server while the last tasks run and the run ends: task
+    states, the progress artifact, releasing the pool's slots and the summary artifacts ride it
+    out; the run ends `completed` with all 16 results and exits 0."""
+    db, artifacts = tmp_path / "arena.duckdb", tmp_path / "art"
+    env = {**_clean_env(), "PREFECT_API_URL": server.api_url, "PREFECT_HOME": str(tmp_path / "client-home")}
+    out_log = tmp_path / "arena.log"
+    with out_log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flows.cli", "run", "--run-id", "outage", "--quirks", "--pool-size", "2",
+             "--db", str(db), "--artifacts", str(artifacts)],
+            cwd=PROJECT, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )
+    try:
+        progress = artifacts / "outage" / "progress.json"
+        wait_for("14 recorded attempts", lambda: _progress(progress).get("attempts_recorded", 0) >= 14, 240, interval=0.2)
+        assert proc.poll() is None, tail(out_log)
+        server.kill()
+        time.sleep(20)
+        # The outage covered the end of the evaluation (the Prefect client does not retry a
+        # refused connection, so that is where it used to fail).
+        assert _progress(progress).get("attempts_recorded") == 16, tail(out_log)
+        server.start()
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, tail(out_log)
+    assert _run_row(db, "outage") == ("completed", 16)
+    assert "Traceback" not in out_log.read_text(errors="replace"), tail(out_log)
+
+
+@pytest.fixture()
+def served(server: PrefectServer, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """`python -m deployments.serve` against the server; yields its process and a client."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    env = {
+        **_clean_env(),
+        "PREFECT_HOME": str(tmp_path / "serve-home"),
+        "PREFECT_API_URL": server.api_url,
+        "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+        "PYTHONPATH": str(PROJECT),
+    }
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "deployments.serve"], cwd=PROJECT, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        with temporary_settings({PREFECT_API_URL: server.api_url}):
+            with get_client(sync_client=True) as client:
+                yield {"proc": proc, "client": client, "log": log}
+    finally:
+        stop(proc)
+
+
+def test_cancelled_served_run_is_stored_cancelled_leaves_no_process_and_resumes(
+    served: dict[str, Any], tmp_path: Path
+) -> None:
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Cancelling
+
+    client, log = served["client"], served["log"]
+    deployment = wait_for("deployment evaluate-suite/bundled-local",
+                          lambda: client.read_deployment_by_name("evaluate-suite/bundled-local"), 60)
+    db, artifacts = tmp_path / "arena.duckdb", tmp_path / "art"
+    config = {**deployment.parameters["config"], "run_id": "cancel-me", "quirks": True, "pool_size": 2,
+              "db_path": str(db), "artifacts_dir": str(artifacts)}
+    run = client.create_flow_run_from_deployment(deployment.id, parameters={"config": config})
+    progress = artifacts / "cancel-me" / "progress.json"
+    try:
+        wait_for("a recorded attempt", lambda: _progress(progress).get("attempts_recorded", 0) >= 1, 180, interval=0.2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nserve log:\n{tail(log)}") from None
+    simulations = [p for p in psutil.Process(served["proc"].pid).children(recursive=True)
+                   if _simulations([p])]
+    assert len(simulations) >= 2, "the pool's simulations run under the served process"
+
+    client.set_flow_run_state(run.id, Cancelling(message="cancelled by the test"), force=True)
+
+    def final() -> Any:
+        state = client.read_flow_run(run.id).state
+        return state if state is not None and state.is_final() else None
+
+    try:
+        state = wait_for("the cancelled run to end", final, 90)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nserve log:\n{tail(log)}") from None
+    assert state.type == StateType.CANCELLED, f"{state}\n{tail(log)}"
+    # Nothing of the run is left: every simulation it started has ended (none re-parented to PID 1).
+    wait_for("the run's simulations to end", lambda: _simulations(simulations) == [], 15)
+    status, recorded = _run_row(db, "cancel-me")
+    assert status == "cancelled" and 1 <= recorded < 16, (status, recorded, tail(log))
+    assert "StoreError" not in log.read_text(errors="replace"), tail(log)
+
+    # A resume (same run id) finishes the run.
+    resumed = client.create_flow_run_from_deployment(deployment.id, parameters={"config": config})
+    try:
+        state = wait_for("the resumed run to end",
+                         lambda: (s := client.read_flow_run(resumed.id).state) is not None and s.is_final() and s, 240)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nserve log:\n{tail(log)}") from None
+    assert state.type == StateType.COMPLETED, f"{state}\n{tail(log)}"
+    assert _run_row(db, "cancel-me") == ("completed", 16)
+
+
+
+def test_arena_run_cancelled_from_prefect_stops_and_exits_5(server: PrefectServer, tmp_path: Path) -> None:
+    """`arena run` against a persistent server has no runner to stop it: cancelling its flow
+    run (the UI's Cancel) still stops it cleanly, stores `cancelled` and exits 5."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.states import Cancelling
+
+    db, artifacts = tmp_path / "arena.duckdb", tmp_path / "art"
+    env = {**_clean_env(), "PREFECT_API_URL": server.api_url, "PREFECT_HOME": str(tmp_path / "client-home")}
+    out_log = tmp_path / "arena.log"
+    with out_log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flows.cli", "run", "--run-id", "ui-cancel", "--quirks", "--pool-size", "2",
+             "--db", str(db), "--artifacts", str(artifacts)],
+            cwd=PROJECT, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for("a recorded attempt",
+                 lambda: _progress(artifacts / "ui-cancel" / "progress.json").get("attempts_recorded", 0) >= 1,
+                 180, interval=0.2)
+        simulations = [p for p in psutil.Process(proc.pid).children(recursive=True) if _simulations([p])]
+        with temporary_settings({PREFECT_API_URL: server.api_url}):
+            with get_client(sync_client=True) as client:
+                (run,) = [r for r in client.read_flow_runs() if r.state is not None and r.state.is_running()]
+                client.set_flow_run_state(run.id, Cancelling(message="cancelled in the UI"), force=True)
+        proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = out_log.read_text(errors="replace")
+    assert proc.returncode == 5, tail(out_log)
+    assert "arena: run ui-cancel was cancelled from Prefect" in output and "Traceback" not in output, output[-3000:]
+    status, recorded = _run_row(db, "ui-cancel")
+    assert status == "cancelled" and 1 <= recorded < 16
+    assert _simulations(simulations) == []
