@@ -36,6 +36,7 @@ from adapters.results.compare import (
     stored_run_status,
 )
 from adapters.results.source import latest_completed_run as stored_latest_completed_run
+from adapters.store.duckdb_store import agent_config_hash
 from adapters.vms.base import ResetLevel
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from flows.bookkeeping import best_effort
@@ -213,6 +214,7 @@ def baseline_config(baseline: Baseline, run_id: str | None = None) -> SuiteRunCo
         db_path=baseline.db_path,
         artifacts_dir=baseline.artifacts_dir,
         run_id=run_id,
+        baseline=baseline.name,
     )
 
 
@@ -232,7 +234,11 @@ def model_update_config(
     if endpoint:
         update["base_url"] = endpoint
     return config.model_copy(
-        update={"agent_options": config.agent_options.model_copy(update=update), "model_checkpoint": checkpoint}
+        update={
+            "agent_options": config.agent_options.model_copy(update=update),
+            "model_checkpoint": checkpoint,
+            "baseline": None,  # a run of the new model, not of the baseline
+        }
     )
 
 
@@ -247,15 +253,20 @@ def slug(text: str) -> str:
 
 
 def latest_completed_run(db_path: Path, config: SuiteRunConfig, exclude_run_id: str | None = None) -> str | None:
-    """The most recently finished completed run of the same agent, model, suite (content hash)
-    and provider as `config`, or None (also when the DuckDB file does not exist yet)."""
+    """The most recently finished completed run of the baseline `config` is a run of
+    (`config.baseline`) with the same agent, model, suite (content hash), provider and agent
+    configuration (hash), or None (also when the DuckDB file does not exist yet)."""
+    if config.baseline is None:
+        raise ValueError("latest_completed_run needs the config of a baseline (config.baseline is None)")
     path = Path(db_path).expanduser()
     if not path.exists():
         return None
-    model = build_agent(config.agent, config.resolved_agent_options()).config().get("model")
+    agent_config = build_agent(config.agent, config.resolved_agent_options()).config()
     suite_hash = WAATaskCatalog(config.suite_dir, difficulty=config.difficulty).content_hash()
     return stored_latest_completed_run(
-        path, agent=config.agent, model=model, suite_hash=suite_hash, provider=config.provider,
+        path, baseline=config.baseline, agent=config.agent,
+        model=agent_config.get("model") or config.agent_options.model, suite_hash=suite_hash,
+        provider=config.provider, agent_config_hash=agent_config_hash(agent_config),
         exclude_run_id=exclude_run_id or "",
     )
 

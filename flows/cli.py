@@ -76,6 +76,7 @@ def _run(args: argparse.Namespace) -> int:
             "db_path": args.db,
             "artifacts_dir": args.artifacts,
             "run_id": args.run_id,
+            "change_selection": args.change_selection or None,
             "quirks": args.quirks or None,
             "provider": args.provider,
             "cloud_config": args.cloud_config,
@@ -326,6 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--db", type=Path, help="DuckDB file (default results/arena.duckdb)")
     run.add_argument("--artifacts", type=Path, help="screenshot directory (default results/artifacts)")
     run.add_argument("--run-id", help="resume or name a run")
+    run.add_argument(
+        "--change-selection", action="store_true",
+        help="resuming with other tasks (--task, --domain, ...) than the run selected: make them the run's selection",
+    )
     run.add_argument("--quirks", action="store_true", help="local VMs reproduce a real WAA server's quirks")
     run.add_argument(
         "--provider",

@@ -33,7 +33,8 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from adapters.agents import build_agent
 from adapters.results.metrics import compute_run_metrics
-from adapters.store.duckdb_store import ResultStore
+from adapters.benchmark import BenchmarkResult
+from adapters.store.duckdb_store import ResultStore, selection_change
 from adapters.vms.janitor import sweep_run
 from adapters.vms.registry import build_provider
 from adapters.waa.catalog import WAATaskCatalog
@@ -44,7 +45,14 @@ from flows.pool_engine import PoolRunRequest, evaluate_on_pool
 from flows.progress import RunProgress
 from flows.provenance import run_info
 from flows.run_config import RunOutcome, SuiteRunConfig, new_run_id
-from flows.summary import format_summary, problem_sections, run_completeness, summary_markdown, summary_rows
+from flows.summary import (
+    RunCompleteness,
+    format_summary,
+    problem_sections,
+    run_completeness,
+    summary_markdown,
+    summary_rows,
+)
 
 
 def _flow_run_name() -> str:
@@ -95,14 +103,20 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
     environment = provider.environment
 
     with ResultStore(config.db_path) as store:
-        finished = store.finished_task_ids(run_id)
+        finished = store.finished_task_ids(run_id) & {t.task_id for t in tasks}
         todo = [t for t in tasks if t.task_id not in finished]
+        stored = store.get_run(run_id)
         if finished:
             logger.info("Resuming run %s: %d of %d tasks already have final results", run_id, len(finished), len(tasks))
-        store.start_run(
-            run_info(config, run_id, catalog, len(tasks), agent_config, provider),
-            resume=store.get_run(run_id) is not None,
-        )
+        info = run_info(config, run_id, catalog, [t.task_id for t in tasks], agent_config, provider)
+        if (stored is not None and stored.status == "completed" and not todo and not config.change_selection
+                and selection_change(run_id, stored.selected_task_ids, info.selected_task_ids or []) is None):
+            # Resuming a finished run: nothing to do, and its record (finish time) stays as it is.
+            logger.info("Run %s is already complete; nothing to do", run_id)
+            provider.close()
+            completeness = run_completeness(store, run_id, tasks, RunBudget.for_run(config, store, run_id))
+            return _summarize(config, run_id, len(tasks), environment, store, completeness, [], [], [])
+        store.start_run(info, resume=stored is not None, change_selection=config.change_selection)
         budget = RunBudget.for_run(config, store, run_id)
         progress = RunProgress(
             run_id, len(tasks), len(tasks) - len(todo), config.artifacts_dir / run_id / "progress.json"
@@ -131,18 +145,28 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
         finally:
             store.finish_run(run_id, status)
             progress.finish(status)
-        summary = compute_run_metrics(store, run_id)
+        return _summarize(
+            config, run_id, len(tasks), environment, store, completeness, results, request.problems, shard_errors
+        )
 
-    extra_text, extra_markdown = problem_sections(request.problems, shard_errors)
+
+def _summarize(
+    config: SuiteRunConfig, run_id: str, selected: int, environment: str, store: ResultStore,
+    completeness: RunCompleteness, results: list[BenchmarkResult], pool_errors: list[str], shard_errors: list[str],
+) -> RunOutcome:
+    """The run's summary: in the log, as the summary artifacts, and as the flow's return value."""
+    logger = get_run_logger()
+    summary = compute_run_metrics(store, run_id)
+    extra_text, extra_markdown = problem_sections(pool_errors, shard_errors)
     table = format_summary(run_id, summary, environment, completeness) + extra_text
     markdown = summary_markdown(run_id, summary, environment, completeness) + extra_markdown
     logger.info("Run summary\n%s", table)
     if completeness.missing:
         logger.warning(
             "run %s is %s: %d of %d selected tasks have no final result",
-            run_id, status, completeness.missing, completeness.selected,
+            run_id, completeness.status, completeness.missing, completeness.selected,
         )
-    description = f"WAA run {run_id}: {config.agent} agent on {len(tasks)} tasks ({environment}), {status}"
+    description = f"WAA run {run_id}: {config.agent} agent on {selected} tasks ({environment}), {completeness.status}"
     rows = summary_rows(summary, completeness)
     best_effort("publishing the summary table artifact",
                 lambda: create_table_artifact(key="waa-run-summary", table=rows, description=description))
@@ -153,10 +177,10 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
         db_path=config.db_path,
         results=results,
         table=table,
-        status=status,
+        status=completeness.status,
         completeness=completeness,
         shard_errors=shard_errors,
-        pool_errors=request.problems,
+        pool_errors=pool_errors,
     )
 
 

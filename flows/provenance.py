@@ -34,7 +34,7 @@ def run_info(
     config: SuiteRunConfig,
     run_id: str,
     catalog: WAATaskCatalog,
-    task_count: int,
+    selected_task_ids: list[str],
     agent_config: dict[str, Any],
     provider: VMProvider,
 ) -> RunInfo:
@@ -46,11 +46,13 @@ def run_info(
         status="running",
         agent=config.agent,
         agent_config=agent_config,
-        model_id=agent_config.get("model"),
+        # Agents whose configuration names no model (scripted, http) still run "a model" when
+        # one is given (a model update); it identifies the run either way.
+        model_id=agent_config.get("model") or config.agent_options.model,
         model_endpoint=agent_config.get("base_url"),
         suite=str(config.suite_dir),
         suite_hash=catalog.content_hash(),
-        task_count=task_count,
+        task_count=len(selected_task_ids),
         pool_size=config.pool_size,
         provider=config.provider,
         reset_level=config.reset_level.value,
@@ -60,4 +62,6 @@ def run_info(
         model_checkpoint=config.model_checkpoint,
         vm_image=provider.image_id,
         run_config=config.model_dump(mode="json"),
+        baseline=config.baseline,
+        selected_task_ids=sorted(selected_task_ids),
     )

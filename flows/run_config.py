@@ -15,17 +15,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-# Run ids name folders (artifacts, progress files): a safe character set, no path parts.
-SAFE_RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
-
 from adapters.agents import AgentOptions
 from adapters.benchmark import BenchmarkResult
+from adapters.results.source import stored_selection
+from adapters.store.duckdb_store import selection_change
 from adapters.vms.base import ResetLevel
 from adapters.vms.existing import DEFAULT_SERVER_WAIT_SECONDS
 from adapters.vms.registry import PROVIDERS, ProviderSettings, build_provider
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from flows.attempt import DEFAULT_STAGE_TIMEOUTS, validate_stage_timeouts
 from flows.summary import RunCompleteness
+
+# Run ids name folders (artifacts, progress files): a safe character set, no path parts.
+SAFE_RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 
 
 class SuiteRunConfig(BaseModel):
@@ -78,6 +80,11 @@ class SuiteRunConfig(BaseModel):
     artifacts_dir: Path = Path("results/artifacts")
     # Names folders under artifacts_dir, so only a safe character set (SAFE_RUN_ID).
     run_id: str | None = None
+    # A resume must select the tasks the run selected; True makes this selection the run's own.
+    change_selection: bool = False
+    # The baseline (deployments/baselines.toml) this is a run of, stored as runs.baseline so a
+    # model update finds exactly its baseline's runs; None for every other run.
+    baseline: str | None = None
     # Shard mode (flows/shard.py, docs/deployments.md): 0 = every task runs in this flow run's
     # process. N > 0 = the tasks still to do are split into N balanced shards, each run as a flow
     # run of `shard_deployment` ("flow/deployment") on whichever worker picks it up, each on its
@@ -156,7 +163,8 @@ class SuiteRunConfig(BaseModel):
         catalog = WAATaskCatalog(
             self.suite_dir, difficulty=self.difficulty, max_steps=self.max_steps, require_supported=True
         )
-        if not catalog.tasks(domains=self.domains, ids=self.task_ids):
+        selected = catalog.tasks(domains=self.domains, ids=self.task_ids)
+        if not selected:
             raise ValueError(f"no task of {self.suite_dir} matches the selection (domains {self.domains})")
         provider = build_provider(self.provider, self.provider_settings(self.run_id or "preflight"))
         try:
@@ -172,6 +180,11 @@ class SuiteRunConfig(BaseModel):
             raise ValueError(f"--db {self.db_path} is a directory; give the path of a DuckDB file")
         if self.artifacts_dir.exists() and not self.artifacts_dir.is_dir():
             raise ValueError(f"--artifacts {self.artifacts_dir} is a file; give a directory for screenshots")
+        if self.run_id and not self.change_selection and self.db_path.is_file():
+            problem = selection_change(self.run_id, stored_selection(self.db_path, self.run_id),
+                                       [t.task_id for t in selected])
+            if problem:
+                raise ValueError(problem)
 
     def resolved_agent_options(self) -> AgentOptions:
         """Agent options with the suite's own solution plans filled in for the scripted agent."""

@@ -245,7 +245,7 @@ def run_shard(
     db_path.parent.mkdir(parents=True, exist_ok=True)
     provider = build_provider(config.provider, config.provider_settings(resource_id(run_id, shard)))
     with ResultStore(db_path) as store:
-        store.start_run(run_info(config, run_id, catalog, len(tasks), agent_config, provider))
+        store.start_run(run_info(config, run_id, catalog, [t.task_id for t in tasks], agent_config, provider))
         budget = RunBudget.for_run(config, store, run_id)
         progress = ShardProgress(
             run_id, shard, len(tasks), config.artifacts_dir / run_id / f"shard-{shard}-progress.json"

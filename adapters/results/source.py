@@ -7,6 +7,7 @@ shared by metrics, comparison, export and the CLI.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -83,21 +84,35 @@ def source_path(source: ResultsSource) -> Path:
 
 
 def latest_completed_run(
-    source: ResultsSource, *, agent: str, model: str | None, suite_hash: str, provider: str, exclude_run_id: str = ""
+    source: ResultsSource, *, baseline: str, agent: str, model: str | None, suite_hash: str, provider: str,
+    agent_config_hash: str, exclude_run_id: str = "",
 ) -> str | None:
-    """The most recently finished completed run of this agent, model, suite (content hash) and
-    provider, other than `exclude_run_id`; None when there is none."""
+    """The most recently finished completed run of baseline `baseline` that is still what the
+    baseline is: the same agent, model, suite (content hash), provider and agent configuration
+    (hash). Other than `exclude_run_id`; None when there is none."""
     with results_connection(source) as conn:
         row = conn.execute(
             """
             SELECT run_id FROM runs
-            WHERE status = 'completed' AND agent = ? AND model_id IS NOT DISTINCT FROM ?
-              AND suite_hash = ? AND provider = ? AND run_id <> ?
+            WHERE status = 'completed' AND baseline = ? AND agent = ? AND model_id IS NOT DISTINCT FROM ?
+              AND suite_hash = ? AND provider = ? AND agent_config_hash = ? AND run_id <> ?
             ORDER BY finished_at DESC NULLS LAST LIMIT 1
             """,
-            [agent, model, suite_hash, provider, exclude_run_id],
+            [baseline, agent, model, suite_hash, provider, agent_config_hash, exclude_run_id],
         ).fetchone()
     return row[0] if row else None
+
+
+def stored_selection(source: ResultsSource, run_id: str) -> list[str] | None:
+    """The task ids run `run_id` selected, or None (no such run, a run recorded before
+    selections were stored, or a database another process holds for writing: the flow checks
+    again when it starts)."""
+    try:
+        with results_connection(source) as conn:
+            row = conn.execute("SELECT selected_task_ids FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    except (StoreError, duckdb.Error):
+        return None
+    return None if row is None or row[0] is None else list(json.loads(row[0]))
 
 
 def latest_run(source: ResultsSource) -> str | None:

@@ -114,7 +114,7 @@ from pydantic import BaseModel, Field
 
 from adapters.benchmark import BenchmarkResult, ModelUsage, OutcomeKind
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # In-place upgrades: MIGRATIONS[v] takes a file from version v to v + 1.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -141,6 +141,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE steps ADD COLUMN click_y DOUBLE",
     ),
     3: ("ALTER TABLE steps ADD COLUMN observation_error VARCHAR",),
+    4: (
+        "ALTER TABLE runs ADD COLUMN baseline VARCHAR",
+        "ALTER TABLE runs ADD COLUMN selected_task_ids JSON",
+    ),
 }
 
 # The outcomes after which a task is done for good; resume skips only these. Derived from the
@@ -175,7 +179,9 @@ _DDL: tuple[str, ...] = (
         agent_config_hash VARCHAR,
         model_checkpoint VARCHAR,
         vm_image VARCHAR,
-        run_config JSON
+        run_config JSON,
+        baseline VARCHAR,
+        selected_task_ids JSON
     )
     """,
     """
@@ -253,7 +259,7 @@ _STEP_COLUMNS: tuple[str, ...] = (
     "window_title", "agent_seconds", "env_seconds", "error", "model_calls", "input_tokens",
     "output_tokens", "cost_usd", "reasoning", "click_x", "click_y", "observation_error",
 )
-_JSON_COLUMNS = frozenset({"agent_config", "timings", "action", "agent_details", "run_config"})
+_JSON_COLUMNS = frozenset({"agent_config", "timings", "action", "agent_details", "run_config", "selected_task_ids"})
 
 
 def _usage_values(usage: ModelUsage | None) -> list[Any]:
@@ -352,6 +358,30 @@ class RunInfo(BaseModel):
     run_config: dict[str, Any] = Field(default_factory=dict)
     agent_config_hash: str | None = None
     """Computed by the store from agent_config when the run is recorded; any value given is ignored."""
+    baseline: str | None = None
+    """The baseline (deployments/baselines.toml) this run is a run of; None for other runs."""
+    selected_task_ids: list[str] | None = None
+    """The tasks the run selected (sorted); a resume must select the same ones."""
+
+
+def agent_config_hash(agent_config: Mapping[str, Any]) -> str:
+    """The hash stored as runs.agent_config_hash: SHA-256 of the scrubbed configuration's JSON."""
+    config_json = json.dumps(scrub_secrets(dict(agent_config)), sort_keys=True, default=str)
+    return hashlib.sha256(config_json.encode()).hexdigest()
+
+
+def selection_change(run_id: str, stored: list[str] | None, selected: list[str]) -> str | None:
+    """Why resuming run `run_id` (which selected `stored`) with `selected` is refused, or None
+    when the selections agree (or the run predates stored selections)."""
+    if stored is None or set(stored) == set(selected):
+        return None
+    kept, dropped, added = set(stored) & set(selected), set(stored) - set(selected), set(selected) - set(stored)
+    return (
+        f"run {run_id!r} selected {len(stored)} task(s); this resume selects {len(selected)} "
+        f"({len(kept)} in common, {len(dropped)} left out, {len(added)} new). Resume with the run's own "
+        "selection (the same --suite, --difficulty, --domain and --task), or add --change-selection "
+        "to make this the run's selection"
+    )
 
 
 # --- the store -------------------------------------------------------------------------------
@@ -452,21 +482,24 @@ class ResultStore:
 
     # --- runs -------------------------------------------------------------------------------
 
-    def start_run(self, run: RunInfo, *, resume: bool = False) -> None:
+    def start_run(self, run: RunInfo, *, resume: bool = False, change_selection: bool = False) -> None:
         """Record a new run. Secret-looking keys are dropped from `agent_config`.
 
         A run id that already exists is an error, unless `resume=True`: then the existing run
         is marked running again (its start time and results kept), provided agent, model,
-        suite, suite hash and agent configuration hash are unchanged, so a resumed run cannot
-        mix two configurations.
+        suite, suite hash, agent configuration hash and task selection are unchanged, so a
+        resumed run cannot mix two configurations. With `change_selection=True` the run's
+        selection (and task count) becomes the new one instead.
         """
         config_json = json.dumps(scrub_secrets(run.agent_config), sort_keys=True, default=str)
         run_config_json = json.dumps(scrub_secrets(run.run_config), sort_keys=True, default=str)
-        config_hash = hashlib.sha256(config_json.encode()).hexdigest()
+        config_hash = agent_config_hash(run.agent_config)
+        selection_json = None if run.selected_task_ids is None else json.dumps(sorted(run.selected_task_ids))
         with self._lock:
             conn = self._connection()
             existing = conn.execute(
-                "SELECT agent, model_id, suite, suite_hash, agent_config_hash FROM runs WHERE run_id = ?",
+                "SELECT agent, model_id, suite, suite_hash, agent_config_hash, selected_task_ids FROM runs "
+                "WHERE run_id = ?",
                 [run.run_id],
             ).fetchone()
             if existing is not None:
@@ -487,24 +520,35 @@ class ResultStore:
                         f"{self._path}: cannot resume run {run.run_id!r} with a different "
                         f"configuration ({'; '.join(changed)})"
                     )
+                stored = None if existing[5] is None else json.loads(existing[5])
+                if not change_selection and run.selected_task_ids is not None:
+                    problem = selection_change(run.run_id, stored, run.selected_task_ids)
+                    if problem:
+                        raise StoreError(f"{self._path}: {problem}")
                 conn.execute(
                     "UPDATE runs SET status = ?, finished_at = NULL, prefect_flow_run_id = "
                     "coalesce(?, prefect_flow_run_id) WHERE run_id = ?",
                     [run.status, run.prefect_flow_run_id, run.run_id],
                 )
+                if selection_json is not None and (change_selection or stored is None):
+                    conn.execute(
+                        "UPDATE runs SET selected_task_ids = ?, task_count = ? WHERE run_id = ?",
+                        [selection_json, len(run.selected_task_ids or []), run.run_id],
+                    )
                 return
             conn.execute(
                 "INSERT INTO runs (run_id, started_at, finished_at, status, agent, agent_config, "
                 "model_id, suite, suite_hash, task_count, pool_size, provider, reset_level, "
                 "code_revision, prefect_flow_run_id, environment, model_endpoint, agent_config_hash, "
-                "model_checkpoint, vm_image, run_config) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "model_checkpoint, vm_image, run_config, baseline, selected_task_ids) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     run.run_id, _to_utc_naive(run.started_at), _to_utc_naive(run.finished_at),
                     run.status, run.agent, config_json, run.model_id, run.suite, run.suite_hash,
                     run.task_count, run.pool_size, run.provider, run.reset_level,
                     run.code_revision, run.prefect_flow_run_id, run.environment, run.model_endpoint,
                     config_hash, run.model_checkpoint, run.vm_image, run_config_json,
+                    run.baseline, selection_json,
                 ],
             )
 

@@ -185,3 +185,26 @@ def test_nightly_baselines_runs_each_and_reports_failures(prefect_server: None, 
     with duckdb.connect(str(db), read_only=True) as con:
         rows = con.execute("SELECT agent, status FROM runs").fetchall()
     assert rows == [("scripted", "completed")]
+
+
+def test_model_update_compares_with_the_named_baselines_own_run(prefect_server: None, tmp_path: Path) -> None:
+    """Runs of new models never stand in for the baseline, even when the agent stores no model
+    of its own (scripted): the comparison names the baseline's run, found by baseline name,
+    agent, model, suite and configuration hash stored on the run."""
+    import duckdb
+
+    from flows.baselines import evaluate_model_update
+
+    db = tmp_path / "arena.duckdb"
+    file = tmp_path / "baselines.toml"
+    file.write_text(
+        'version = 1\n[[baselines]]\nname = "scripted-one"\nagent = "scripted"\nsuite = "bundled"\n'
+        f'task_ids = ["notepad-append-line"]\npool_size = 1\ndb_path = "{db}"\nartifacts_dir = "{tmp_path / "a"}"\n'
+    )
+    first = evaluate_model_update("ckpt-003", baseline="scripted-one", baselines_file=str(file))
+    second = evaluate_model_update("ckpt-004", baseline="scripted-one", baselines_file=str(file))
+    with duckdb.connect(str(db), read_only=True) as con:
+        runs = dict(con.execute("SELECT run_id, coalesce(baseline, '-') || '/' || coalesce(model_id, '-') FROM runs").fetchall())
+    assert runs[first.baseline_run_id] == "scripted-one/-"
+    assert second.baseline_run_id == first.baseline_run_id  # not the ckpt-003 run
+    assert runs[first.new_run_id] == "-/ckpt-003" and runs[second.new_run_id] == "-/ckpt-004"

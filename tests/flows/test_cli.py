@@ -92,6 +92,18 @@ def test_bad_run_options_fail_in_one_line_before_prefect_starts(
     assert list(tmp_path.iterdir()) == []  # nothing written: no results folder, no run row
 
 
+def test_resume_with_another_selection_fails_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from adapters.store.duckdb_store import ResultStore, RunInfo
+
+    db = tmp_path / "arena.duckdb"
+    with ResultStore(db) as store:
+        store.start_run(RunInfo(run_id="r1", agent="scripted", suite="x", selected_task_ids=["notepad-append-line"]))
+    assert main(["run", "--run-id", "r1", "--db", str(db), "--domain", "settings"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("arena: error: run 'r1' selected 1 task(s); this resume selects 5 (0 in common, 1 left out, 5 new)")
+    assert "--change-selection" in err and err.count("\n") == 1
+
+
 @pytest.mark.parametrize("signum, code", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_ctrl_c_or_sigterm_stops_the_run_keeps_its_results_and_exits_130_or_143(
     signum: str, code: int, tmp_path: Path

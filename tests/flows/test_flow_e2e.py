@@ -87,14 +87,33 @@ def _evaluate_task_states(db: Path, run_id: str) -> list[tuple[str, str]]:
             and not r.name.startswith(("lane", "episode", "reset", "setup", "evaluate", "record"))]
 
 
-def test_resume_skips_finished_tasks(prefect_server: None, tmp_path: Path, bundled_ids: list[str]) -> None:
+def test_resume_keeps_the_runs_selection_and_record(prefect_server: None, tmp_path: Path, bundled_ids: list[str]) -> None:
+    """The selection is part of the run: a resume with another one is refused (naming
+    --change-selection), an explicit change runs only the new tasks with the counts right, and
+    resuming a complete run changes nothing, not even its finish time."""
+    from adapters.store.duckdb_store import StoreError
     from flows.evaluate_suite import run_suite
     from flows.run_config import SuiteRunConfig
 
     db = tmp_path / "arena.duckdb"
-    first = bundled_ids[:2]
-    run_suite(SuiteRunConfig(task_ids=first, pool_size=2, db_path=db, artifacts_dir=tmp_path / "a", run_id="resume"))
-    again = run_suite(SuiteRunConfig(task_ids=bundled_ids[:3], pool_size=2, db_path=db, artifacts_dir=tmp_path / "a", run_id="resume"))
-    assert [r.task_id for r in again.results] == [bundled_ids[2]]
-    rows = _rows(db, "SELECT count(*) FROM task_results WHERE run_id = 'resume'")
-    assert rows[0][0] == 3
+
+    def run(ids: list[str], **extra: object):
+        return run_suite(SuiteRunConfig(task_ids=ids, pool_size=2, db_path=db, artifacts_dir=tmp_path / "a",
+                                        run_id="resume", **extra))
+
+    run(bundled_ids[:2])
+    finished_at = _rows(db, "SELECT finished_at FROM runs WHERE run_id = 'resume'")[0][0]
+    again = run(bundled_ids[:2])
+    assert again.status == "completed" and again.results == []
+    assert _rows(db, "SELECT finished_at, task_count FROM runs WHERE run_id = 'resume'")[0] == (finished_at, 2)
+
+    for ids in (bundled_ids[:3], bundled_ids[:1]):
+        with pytest.raises(StoreError, match=r"selected 2 task\(s\); this resume selects .*--change-selection"):
+            run(ids)
+    assert _rows(db, "SELECT status, finished_at FROM runs WHERE run_id = 'resume'")[0] == ("completed", finished_at)
+
+    widened = run(bundled_ids[:3], change_selection=True)
+    assert [r.task_id for r in widened.results] == [bundled_ids[2]]
+    assert widened.completeness.selected == 3 and widened.completeness.final == 3
+    assert _rows(db, "SELECT count(*) FROM task_results WHERE run_id = 'resume'")[0][0] == 3
+    assert _rows(db, "SELECT task_count, status FROM runs WHERE run_id = 'resume'")[0] == (3, "completed")
