@@ -23,20 +23,25 @@ Settings (environment):
                              DuckDB file open for writing, and DuckDB allows one writing process per
                              file: two runs sharing db_path at the same time would fail.
 
-When this process exits, Prefect pauses the schedules it served (the scheduled nightly runs are
-deleted); serving again re-registers the deployments. For workers on several hosts use
+When this process exits, Prefect pauses the deployments it served (the scheduled nightly runs are
+deleted); serving again re-registers them. A process started before the previous one has exited
+would be left serving paused deployments, so for its first minutes it resumes any it finds
+paused, and later reports one that is (deployments/health.py). `arena status` says whether and
+when the nightly runs next. For workers on several hosts use
 prefect.yaml instead (docs/deployments.md).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 
 from prefect import serve
 from prefect.deployments.runner import RunnerDeployment
 from prefect.events import DeploymentEventTrigger
 from prefect.schedules import Cron
 
+from deployments.health import keep_active
 from flows.baselines import DEFAULT_BASELINE, DEFAULT_BASELINES_FILE, evaluate_model_update, nightly_baselines
 from flows.evaluate_suite import evaluate_suite
 from flows.run_config import SuiteRunConfig
@@ -105,7 +110,14 @@ def build_deployments() -> list[RunnerDeployment]:
 def main() -> None:
     """Register the deployments and serve them until interrupted."""
     limit = int(os.environ.get("ARENA_SERVE_LIMIT", "1"))
-    serve(*build_deployments(), limit=limit if limit > 0 else None)
+    deployments = build_deployments()
+    stop = threading.Event()
+    names = [f"{d.flow_name}/{d.name}" for d in deployments]
+    threading.Thread(target=keep_active, args=(names, stop), name="keep-deployments-active", daemon=True).start()
+    try:
+        serve(*deployments, limit=limit if limit > 0 else None)
+    finally:
+        stop.set()
 
 
 if __name__ == "__main__":

@@ -296,7 +296,17 @@ def baseline_run(baseline: Baseline, config: SuiteRunConfig) -> str:
     return outcome.run_id
 
 
-@flow(name="nightly-baselines")
+def _nightly_run_name() -> str:
+    """nightly-<date and time it was scheduled for, UTC>, e.g. `nightly-2026-11-25-0200utc`."""
+    from datetime import datetime, timezone
+
+    from prefect.runtime import flow_run
+
+    when = flow_run.scheduled_start_time or datetime.now(timezone.utc)
+    return f"nightly-{when.astimezone(timezone.utc):%Y-%m-%d-%H%M}utc"
+
+
+@flow(name="nightly-baselines", flow_run_name=_nightly_run_name)
 def nightly_baselines(baselines_file: str = DEFAULT_BASELINES_FILE) -> dict[str, str]:
     """Run every baseline of the file, one after the other; returns run ids by baseline name.
 

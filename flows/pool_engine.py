@@ -45,7 +45,7 @@ from adapters.agents import AgentOptions, build_agent
 from adapters.benchmark import BenchmarkResult, BenchmarkTask, OutcomeKind
 from adapters.episode import EpisodeLimits
 from adapters.store.duckdb_store import ResultStore
-from adapters.vms.base import ProviderError, VMProvider
+from adapters.vms.base import ProviderError, VMHandle, VMProvider
 from adapters.vms.janitor import sweep_run
 from adapters.vms.pool import VMPool
 from adapters.waa.catalog import WAATaskCatalog
@@ -219,6 +219,13 @@ class Lanes:
     progress: RunProgress | None = None
 
 
+@task(name="attempt", task_run_name="attempt {attempt} on {vm.vm_id}", cache_policy=NO_CACHE, persist_result=False)
+def attempt_on_vm(task: BenchmarkTask, vm: VMHandle, context: AttemptContext, attempt: int) -> State:
+    """One attempt of a task on one VM, as its own run in the Prefect UI: named by the VM, its
+    state named by the attempt's outcome (an infrastructure error, then the retry's outcome)."""
+    return outcome_state(run_attempt(task, vm, context, attempt))
+
+
 @task(name="evaluate-task", task_run_name="{task.domain}/{task.task_id}", cache_policy=NO_CACHE, persist_result=False)
 def attempt_task(task: BenchmarkTask, lanes: Lanes) -> State | None:
     """Attempt a task until it ends for a non-infrastructure reason or attempts run out.
@@ -246,7 +253,7 @@ def attempt_task(task: BenchmarkTask, lanes: Lanes) -> State | None:
             break
         leased = time.monotonic()
         try:
-            result = run_attempt(task, vm, lanes.attempt, attempt)
+            result = final_result(attempt_on_vm(task, vm, lanes.attempt, attempt))
             vm_seconds = time.monotonic() - leased
             result = result.model_copy(update={"timings": {**result.timings, "vm": vm_seconds}})
             if lanes.work.abandoned:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,6 +46,8 @@ class PrefectServer:
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
             "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
             "PREFECT_LOGGING_LEVEL": "WARNING",
+            # Scheduled runs appear within seconds of a deployment being (re)activated.
+            "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",
         }
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
@@ -137,27 +140,34 @@ def test_server_killed_and_restarted_mid_run_the_run_completes(server: PrefectSe
     assert "Traceback" not in out_log.read_text(errors="replace"), tail(out_log)
 
 
+def _start_serve(server: PrefectServer, tmp_path: Path, name: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """`python -m deployments.serve` against the server (nightly at 02:00 Berlin time)."""
+    env = {
+        **_clean_env(),
+        "PREFECT_HOME": str(tmp_path / f"{name}-home"),
+        "PREFECT_API_URL": server.api_url,
+        "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+        "PYTHONPATH": str(PROJECT),
+        "ARENA_NIGHTLY_TIMEZONE": "Europe/Berlin",
+    }
+    log = tmp_path / f"{name}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "deployments.serve"], cwd=PROJECT, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, log
+
+
 @pytest.fixture()
 def served(server: PrefectServer, tmp_path: Path) -> Iterator[dict[str, Any]]:
     """`python -m deployments.serve` against the server; yields its process and a client."""
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    env = {
-        **_clean_env(),
-        "PREFECT_HOME": str(tmp_path / "serve-home"),
-        "PREFECT_API_URL": server.api_url,
-        "PREFECT_RUNNER_POLL_FREQUENCY": "1",
-        "PYTHONPATH": str(PROJECT),
-    }
-    log = tmp_path / "serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "deployments.serve"], cwd=PROJECT, env=env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc, log = _start_serve(server, tmp_path, "serve")
     try:
         with temporary_settings({PREFECT_API_URL: server.api_url}):
             with get_client(sync_client=True) as client:
-                yield {"proc": proc, "client": client, "log": log}
+                yield {"proc": proc, "client": client, "log": log, "server": server}
     finally:
         stop(proc)
 
@@ -248,3 +258,48 @@ def test_arena_run_cancelled_from_prefect_stops_and_exits_5(server: PrefectServe
     status, recorded = _run_row(db, "ui-cancel")
     assert status == "cancelled" and 1 <= recorded < 16
     assert _simulations(simulations) == []
+
+
+def test_a_new_serve_process_keeps_the_deployments_active_and_status_says_when_the_nightly_runs(
+    served: dict[str, Any], tmp_path: Path
+) -> None:
+    """Starting a new serve before the old one exits: the old one pauses every deployment on its
+    way out; the new one resumes them, the nightly is scheduled again, and `arena status` says
+    when it runs next, in the schedule's time zone."""
+    client, server = served["client"], served["server"]
+    serve_banner = "Your deployments are being served"
+    wait_for("the first serve process", lambda: serve_banner in served["log"].read_text(errors="replace"), 60)
+    new, new_log = _start_serve(server, tmp_path, "serve-new")
+    try:
+        wait_for("the new serve process", lambda: serve_banner in new_log.read_text(errors="replace"), 60)
+        stop(served["proc"])  # the old one exits and pauses what it served
+        names = ["evaluate-suite/bundled-local", "nightly-baselines/nightly-baselines",
+                 "evaluate-model-update/on-model-update"]
+
+        def all_active() -> bool:
+            return not any(client.read_deployment_by_name(n).paused for n in names)
+
+        # The old process's pause lands, then the new one undoes it.
+        wait_for("the deployments to be active again", all_active, 60)
+        status_env = {**_clean_env(), "PREFECT_API_URL": server.api_url, "PREFECT_HOME": str(tmp_path / "status-home")}
+
+        def status_ok() -> subprocess.CompletedProcess[str] | None:
+            done = subprocess.run([sys.executable, "-m", "flows.cli", "status"], cwd=PROJECT, env=status_env,
+                                  capture_output=True, text=True, timeout=60)
+            return done if done.returncode == 0 else None
+
+        try:
+            done = wait_for("arena status to report the next nightly run", status_ok, 90, interval=3)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\nnew serve log:\n{tail(new_log)}") from None
+        assert "nightly-baselines/nightly-baselines: active; cron '0 2 * * *' (Europe/Berlin), active" in done.stdout
+        assert re.search(r"Next nightly run: \d{4}-\d\d-\d\d 02:00 CET \(in \d+h\d\dm\)", done.stdout), done.stdout
+        assert "was paused" in new_log.read_text(errors="replace"), tail(new_log)
+    finally:
+        stop(new)
+
+    # With nothing serving them, the deployments are paused and status says the nightly won't run.
+    wait_for("the deployments to be paused", lambda: client.read_deployment_by_name("nightly-baselines/nightly-baselines").paused, 30)
+    done = subprocess.run([sys.executable, "-m", "flows.cli", "status"], cwd=PROJECT, env=status_env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "arena: the nightly will NOT run: it is PAUSED" in done.stderr, done

@@ -66,6 +66,28 @@ def test_random_agent_scores_near_zero(prefect_server: None, tmp_path: Path, bun
     assert len(states) == len(bundled_ids)
     assert {name for name, _ in states} <= {"Success", "Agent failure"} and "Agent failure" in {n for n, _ in states}
     assert all(message.startswith(("agent_failure on waa-", "success on waa-")) for _, message in states), states
+    # Each attempt is a run of its own, named by the VM it ran on and its state by its outcome.
+    attempts = _task_runs(db, "e2e-random", "attempt ")
+    assert len(attempts) == len(bundled_ids)
+    assert all(re.fullmatch(r"attempt 1 on waa-[\w-]+-\d+", name) for name, _, _ in attempts), attempts
+    assert {state for _, state, _ in attempts} == {name for name, _ in states}
+
+
+def _task_runs(db: Path, run_id: str, prefix: str) -> list[tuple[str, str, str]]:
+    """(name, state name, state message) of a run's task runs whose name starts with `prefix`."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, TaskRunFilter, TaskRunFilterName
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        (flow_run_id,) = con.execute("SELECT prefect_flow_run_id FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[UUID(flow_run_id)])),
+            task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_=prefix)),
+        )
+    return [(r.name, r.state.name, r.state.message or "") for r in runs if r.state is not None and r.name.startswith(prefix)]
 
 
 def _evaluate_task_states(db: Path, run_id: str) -> list[tuple[str, str]]:
