@@ -239,7 +239,10 @@ dl.facts { display: grid; grid-template-columns: 170px 1fr; gap: 2px 12px; margi
 dl.facts dt { color: var(--muted); } dl.facts dd { margin: 0; word-break: break-word; white-space: pre-wrap; }
 ol.steps { list-style: none; padding: 0; margin: 0; }
 li.step { display: flex; flex-wrap: wrap; gap: 14px; border-top: 1px solid var(--line); padding: 10px 0; }
-.shot { position: relative; display: inline-block; max-width: 100%; flex: 0 1 auto; line-height: 0; }
+/* align-self: the step's text may be far taller than its screenshot; stretched, the overlay
+   (height 100%) would stretch with it and the marker leave its element. */
+.shot { position: relative; display: inline-block; max-width: 100%; flex: 0 1 auto; line-height: 0;
+        align-self: flex-start; }
 .shot img { display: block; max-width: 100%; height: auto; border: 1px solid var(--line); }
 .shot svg.action-overlay { position: absolute; left: 0; top: 0; width: 100%; height: 100%; pointer-events: none; }
 .click-marker circle, .click-marker rect, .click-marker line { fill: none; stroke: #e3116c; stroke-width: 3;

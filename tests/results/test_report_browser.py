@@ -91,3 +91,40 @@ def test_report_renders_in_chromium(
         assert image.width >= 1000 and image.height > 2000
         # Not a blank page: many distinct colours (text, chart, screenshots).
         assert len(image.convert("RGB").resize((300, 600)).getcolors(maxcolors=1 << 16) or []) > 100
+
+
+def test_click_marker_stays_on_its_element_beside_long_text(chromium_page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A step whose text column is far taller than its screenshot (long model reasoning, the
+    action JSON opened): the overlay keeps the screenshot's size and the marker stays on the
+    clicked point."""
+    from adapters.benchmark import ActionType, BenchmarkAction, BenchmarkResult, OutcomeKind, StepRecord
+    from adapters.store.duckdb_store import RunInfo
+
+    from .conftest import _screenshot
+
+    shot = _screenshot(tmp_path / "artifacts" / "long" / "step_000.png")  # the button's centre is (650, 400)
+    reasoning = "I should save the file first. " * 400
+    step = StepRecord(index=0, action=BenchmarkAction(type=ActionType.CLICK, x=650, y=400, reasoning=reasoning),
+                      screenshot_path=shot)
+    with ResultStore(tmp_path / "arena.duckdb") as store:
+        store.start_run(RunInfo(run_id="long", agent="claude", suite="x", task_count=1))
+        store.record_result("long", BenchmarkResult(task_id="t1", domain="notepad", outcome=OutcomeKind.AGENT_FAILURE,
+                                                    steps=[step], num_steps=1))
+        out = write_html_report(store, "long", tmp_path / "report.html", [])
+    page = chromium_page
+    page.goto(out.as_uri())
+    task = page.locator("details.task").first
+    task.locator(":scope > summary").click()
+    task.locator("li.step details > summary").first.click()  # open the action JSON too
+    page.wait_for_function("() => [...document.images].every(i => i.complete && i.naturalWidth > 0)")
+    img = task.locator(".shot img").first.bounding_box()
+    overlay = task.locator("svg.action-overlay").first.bounding_box()
+    text = task.locator(".step-text").first.bounding_box()
+    marker = task.locator("g.click-marker").first.bounding_box()
+    assert img and overlay and text and marker
+    assert text["height"] > 2 * img["height"]  # the case this test is about
+    assert abs(overlay["height"] - img["height"]) < 2 and abs(overlay["width"] - img["width"]) < 2
+    centre = (marker["x"] + marker["width"] / 2, marker["y"] + marker["height"] / 2)
+    expected = (img["x"] + img["width"] * 650 / 1280, img["y"] + img["height"] * 400 / 800)
+    assert abs(centre[0] - expected[0]) < 4 and abs(centre[1] - expected[1]) < 4, (centre, expected)
+    page.screenshot(path=str(tmp_path / "long-step.png"), full_page=False)
