@@ -107,8 +107,8 @@ class RunProgress:
                 self.cost_usd += result.usage.cost_usd
                 self.tokens += result.usage.input_tokens + result.usage.output_tokens
             self._write_side_file()
-            if self._artifact_id is None or self._publish_queued:
-                return
+            if self._artifact_id is None or self._publish_queued or self.status != "running":
+                return  # nothing to publish to, an update already queued, or the run has ended
             self._publish_queued = True
         # The Prefect settings (API URL) live in context variables; the publisher needs them.
         self._publisher.submit(contextvars.copy_context().run, self._publish)
