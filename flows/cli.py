@@ -9,6 +9,7 @@
     arena report RUN [--html F]    a run's metrics in the terminal, and a self-contained HTML report
     arena compare RUN_A RUN_B      per-domain deltas, flipped tasks and a paired-test verdict
     arena export RUN --parquet D   one run's tables as Parquet files
+    arena sql "QUERY"              one SQL query on the results (safe while runs write)
 
 RUN may be `latest` (the most recently started run in the database).
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -101,6 +102,7 @@ def _run(args: argparse.Namespace) -> int:
     build_agent(config.agent, config.resolved_agent_options())
     from prefect.exceptions import TerminationSignal
 
+    from flows.local_server import LocalServerError, configured_or_shared_api
     from flows.terminal import ProgressPrinter, quiet_expected_tracebacks
 
     quiet_expected_tracebacks(verbose=args.verbose)
@@ -109,10 +111,17 @@ def _run(args: argparse.Namespace) -> int:
         from flows.reaper import start_reaper
 
         terminate_on_sigterm()  # SIGTERM and a cancel from the Prefect UI stop the run cleanly
-        args.reaper = start_reaper()  # ends the temporary server and simulations if we are killed
+        args.reaper = start_reaper()  # ends the simulations if we are killed
     try:
-        with ProgressPrinter(config.artifacts_dir / config.run_id / "progress.json"):
-            outcome = run_suite(config)
+        with configured_or_shared_api() as local_server:
+            if local_server is not None:
+                print(f"Prefect UI: {local_server.ui_url} (a local server shared by the runs on this machine; "
+                      "set PREFECT_API_URL to use your own)", file=sys.stderr)
+            with ProgressPrinter(config.artifacts_dir / config.run_id / "progress.json"):
+                outcome = run_suite(config)
+    except LocalServerError as exc:
+        print(f"arena: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except (KeyboardInterrupt, TerminationSignal) as stop:
         if _stored_status(config.db_path, config.run_id) == "cancelled":
             print(f"arena: run {config.run_id} was cancelled from Prefect; attempts recorded so far are kept "
@@ -141,7 +150,7 @@ def _run(args: argparse.Namespace) -> int:
 def _stored_status(db: Path, run_id: str) -> str | None:
     """The status the run stored when it stopped (None if it stored none)."""
     try:
-        with ResultStore(db) as store:
+        with ResultStore(db, read_only=True) as store:
             run = store.get_run(run_id)
     except (StoreError, OSError):
         return None
@@ -281,25 +290,35 @@ def _default_report_path(db: Path, run_id: str) -> Path:
     return db.parent / "reports" / f"{run_id}.html"
 
 
-def write_run_report(db: Path, run_id: str, html: Path | None = None, demo_library: Path | None = None) -> tuple[str, Path]:
-    """The terminal report of a run, and its HTML report written to `html` (default: beside the DB)."""
+def write_run_report(
+    db: Path, run_id: str, html: Path | None = None, demo_library: Path | None = None,
+    show: Callable[[str], None] | None = None,
+) -> tuple[str, Path]:
+    """The terminal report of a run, and its HTML report written to `html` (default: beside the DB).
+
+    `show` gets the terminal report as soon as it is ready, before the slower HTML is written."""
     from adapters.results.metrics import references_for_run
     from adapters.results.report_html import write_html_report
     from adapters.results.report_text import render_text_report
 
     if not db.is_file():
         raise StoreError(f"{db.resolve()}: results database not found")
-    with ResultStore(db) as store:
+    with ResultStore(db, read_only=True) as store:
         references = references_for_run(store, run_id, demo_library)
         text = render_text_report(store, run_id, references)
+        if show is not None:
+            show(text)
         path = write_html_report(store, run_id, html or _default_report_path(db, run_id), references)
     return text, path
 
 
 def _report(args: argparse.Namespace) -> int:
     run_id = _run_id(args.db, args.run)
-    text, path = write_run_report(args.db, run_id, args.html, args.demo_library)
-    print(text, end="" if text.endswith("\n") else "\n")
+
+    def show(text: str) -> None:
+        print(text, end="" if text.endswith("\n") else "\n", flush=True)
+
+    _, path = write_run_report(args.db, run_id, args.html, args.demo_library, show=show)
     print(f"\nHTML report: {path.resolve()}")
     return 0
 
@@ -309,6 +328,37 @@ def _compare(args: argparse.Namespace) -> int:
 
     comparison = compare_stored_runs(args.db, _run_id(args.db, args.baseline), _run_id(args.db, args.new))
     print(render_comparison_text(comparison), end="")
+    return 0
+
+
+def _sql(args: argparse.Namespace) -> int:
+    import csv
+
+    import duckdb
+
+    from adapters.results.source import results_connection
+
+    with results_connection(args.db) as conn:
+        try:
+            cursor = conn.execute(args.query)
+        except duckdb.Error as exc:
+            raise ValueError(f"query failed: {str(exc).splitlines()[0]}") from exc
+        if cursor.description is None:
+            return 0
+        names = [d[0] for d in cursor.description]
+        rows = cursor.fetchall()
+    if args.csv:
+        writer = csv.writer(sys.stdout)
+        writer.writerow(names)
+        writer.writerows(rows)
+        return 0
+    texts = [names, *[["NULL" if v is None else str(v) for v in row] for row in rows]]
+    widths = [min(60, max(len(t[i]) for t in texts)) for i in range(len(names))]
+    for k, row in enumerate(texts):
+        print("  ".join(cell[:60].ljust(width) for cell, width in zip(row, widths)).rstrip())
+        if k == 0:
+            print("  ".join("-" * width for width in widths))
+    print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
     return 0
 
 
@@ -457,6 +507,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--db", type=Path, default=default_db, help="DuckDB file (default results/arena.duckdb)")
     export.add_argument("--overwrite", action="store_true", help="replace existing files in DIR")
     export.set_defaults(func=_export)
+
+    sql = sub.add_parser("sql", help="run one SQL query on the results and print the rows (safe while runs write)")
+    sql.add_argument("query", help="the SQL query, e.g. \"SELECT run_id, status FROM runs\"")
+    sql.add_argument("--db", type=Path, default=default_db, help="DuckDB file (default results/arena.duckdb)")
+    sql.add_argument("--csv", action="store_true", help="print CSV instead of a table")
+    sql.set_defaults(func=_sql)
 
     tasks = sub.add_parser("tasks", help="inspect task suites")
     tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True)

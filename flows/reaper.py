@@ -1,6 +1,6 @@
 """Nothing `arena run` starts outlives it, even when it is killed with SIGKILL.
 
-`arena run` may start a temporary Prefect server and local simulations. Its own clean-up covers
+`arena run` may start local simulations. Its own clean-up covers
 Ctrl-C and SIGTERM, but SIGKILL (the OOM killer, `kill -9`, a CI job's timeout) ends it with no
 chance to clean up. So it starts this small watcher first:
 
@@ -9,7 +9,8 @@ chance to clean up. So it starts this small watcher first:
 The watcher notes the descendants of its parent every second; when the pipe reaches end of file,
 the parent has ended, however it ended, and the watcher terminates the processes it last saw
 (SIGTERM, then SIGKILL after a grace period), then exits. psutil keeps each process's start time,
-so a recycled pid is never signalled.
+so a recycled pid is never signalled. (The local Prefect server is not among them: it is
+detached, shared with other runs, and stops by itself once none uses it; flows/local_server.py.)
 """
 
 from __future__ import annotations

@@ -16,8 +16,20 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+# A local Prefect server that `arena run` starts stops 5 s after its last run, not 5 minutes.
+os.environ.setdefault("ARENA_LOCAL_SERVER_IDLE_SECONDS", "5")
 
 SHARED_TASKS = Path(__file__).resolve().parents[2] / "shared" / "waa-tasks"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_local_server() -> Iterator[None]:
+    """The session's own local Prefect server (if an in-process `arena run` started one) ends
+    with the session."""
+    yield
+    from flows.local_server import stop_server
+
+    stop_server(Path(os.environ["PREFECT_HOME"]))
 
 
 @pytest.fixture(scope="session")

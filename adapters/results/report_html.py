@@ -565,14 +565,13 @@ def _reference_html(task: TaskMetrics, reference: ReferenceTrajectory | None) ->
 
 def _task_html(
     store: ResultStore,
-    run_id: str,
     task: TaskMetrics,
     anchor: str,
     attempts: Sequence[Mapping[str, Any]],
+    steps: Sequence[Mapping[str, Any]],
     reference: ReferenceTrajectory | None,
 ) -> str:
     final = next((a for a in attempts if a["attempt"] == task.attempt), {})
-    steps = store.steps(run_id, task.task_id, task.attempt)
     state = "solved" if task.success else "unsolved"
     summary = (
         f'<summary><span class="badge outcome-{esc(task.outcome)}">{esc(task.outcome)}</span> '
@@ -597,9 +596,10 @@ def _tasks_section(store: ResultStore, metrics: RunMetrics, references: Referenc
     for row in store.results(metrics.run_id):
         attempts.setdefault(row["task_id"], []).append(row)
     unsolved = sum(not t.success for t in tasks)
+    steps = store.run_steps(metrics.run_id)
     blocks = "".join(
-        _task_html(store, metrics.run_id, t, anchors[t.task_id], attempts.get(t.task_id, []),
-                   references.get(t.task_id) if references else None)
+        _task_html(store, t, anchors[t.task_id], attempts.get(t.task_id, []),
+                   steps.get((t.task_id, t.attempt), []), references.get(t.task_id) if references else None)
         for t in tasks
     )
     return (

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import duckdb
 
+from adapters.store import connections
 from adapters.store.duckdb_store import ResultStore, StoreError
 
 
@@ -24,43 +25,35 @@ ResultsSource = ResultStore | str | Path
 """Where results are: an open `ResultStore`, or the path of its DuckDB file."""
 
 
+READ_WAIT_SECONDS = 60.0
+"""How long a read waits for another process's write (writes take tens of milliseconds)."""
+
+
 @contextlib.contextmanager
 def results_connection(source: ResultsSource) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A DuckDB connection to the results in `source`, closed on exit.
+    """A read-only DuckDB connection to the results in `source`, closed on exit.
 
-    A path is opened read-only (so a missing or mistyped file is an error, never a new empty
-    database, and other readers are not locked out). For an open `ResultStore`, or a file this
-    process already has open read-write, the connection is a second one on that same database:
-    DuckDB shares one database per file within a process and refuses to open it again with a
-    different configuration. Either way it sees everything committed so far; it is only read.
+    A path must be an existing file (a missing or mistyped one is an error, never a new empty
+    database). The connection waits its turn while another process (a run) is writing, and
+    sees everything committed so far by any process; holding it briefly keeps writers moving.
     """
     if isinstance(source, ResultStore):
-        path = source.path
-        connect_modes: tuple[bool, ...] = (False,)
-    elif isinstance(source, (str, Path)):
-        path = Path(source).expanduser().resolve()
-        if not path.is_file():
-            raise StoreError(f"{path}: results database not found")
-        connect_modes = (True, False)
-    else:
+        with source.reading() as conn:
+            yield conn
+        return
+    if not isinstance(source, (str, Path)):
         raise TypeError(f"source must be a ResultStore or a DuckDB file path, got {type(source).__name__}")
-    conn: duckdb.DuckDBPyConnection | None = None
-    refused: duckdb.Error | None = None
-    for read_only in connect_modes:
+    path = Path(source).expanduser().resolve()
+    if not path.is_file():
+        raise StoreError(f"{path}: results database not found")
+    with contextlib.ExitStack() as stack:
         try:
-            conn = duckdb.connect(str(path), read_only=read_only)
-            break
-        except duckdb.ConnectionException as exc:
-            # Open read-write elsewhere in this process: join that database (next mode).
-            refused = exc
+            conn = stack.enter_context(connections.connect(path, read_only=True, wait_seconds=READ_WAIT_SECONDS))
+        except connections.StoreBusyError as exc:
+            raise StoreError(str(exc)) from exc
         except duckdb.Error as exc:
             raise StoreError(f"{path}: cannot open the results database: {exc}") from exc
-    if conn is None:
-        raise StoreError(f"{path}: cannot open the results database: {refused}") from refused
-    try:
         yield conn
-    finally:
-        conn.close()
 
 
 def require_runs(conn: duckdb.DuckDBPyConnection, run_ids: Iterable[str], where: Path | str) -> None:

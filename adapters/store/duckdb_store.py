@@ -99,12 +99,13 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -113,6 +114,7 @@ import duckdb
 from pydantic import BaseModel, Field
 
 from adapters.benchmark import BenchmarkResult, ModelUsage, OutcomeKind
+from adapters.store import connections
 
 SCHEMA_VERSION = 5
 
@@ -388,32 +390,41 @@ def selection_change(run_id: str, stored: list[str] | None, selected: list[str])
 
 
 class ResultStore:
-    """Runs, task results and steps in one DuckDB file; safe to share between threads.
+    """Runs, task results and steps in one DuckDB file; safe to share between threads and
+    between processes.
 
-    One connection is shared and every call holds a lock: DuckDB connections are not safe for
-    concurrent use, and writes are small and rare (one per finished task), so serialising them
-    costs nothing measurable.
+    No connection is kept: each call opens the file, does its work and closes it, waiting its
+    turn when another process (another run, a report) has it open (adapters/store/connections.py).
+    So any number of runs can write one file while reports read it. Calls of one store are
+    serialised by a lock.
     """
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, read_only: bool = False, wait_seconds: float | None = None) -> None:
         """Open (or create) the DuckDB file at `path` and make sure the schema exists.
 
-        Raises `SchemaVersionError` if the file has a newer schema version, `StoreError` if the
-        file cannot be opened as a DuckDB database.
+        `read_only=True` is for readers (reports, comparisons): the file must exist, nothing is
+        written (a file of an older schema is upgraded first, which needs it writable), and a
+        read-only copy of a database works. `wait_seconds` bounds how long a call waits for
+        another process's lock (None: as long as it takes). Raises `SchemaVersionError` if the
+        file has a newer schema version, `StoreError` if the file cannot be opened as a DuckDB
+        database.
         """
         self._path = Path(path).expanduser().resolve()
+        self._read_only = read_only
+        self._wait_seconds = wait_seconds
         self._lock = threading.RLock()
+        self._closed = False
+        if self._path.is_dir():
+            raise StoreError(f"{self._path}: is a directory, not a DuckDB file")
+        if read_only:
+            if not self._path.is_file():
+                raise StoreError(f"{self._path}: results database not found")
+            with self._session(write=False) as conn:
+                if _stored_version(conn, self._path) == SCHEMA_VERSION:
+                    return
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._conn: duckdb.DuckDBPyConnection | None = duckdb.connect(str(self._path))
-        except duckdb.Error as exc:
-            raise StoreError(f"{self._path}: cannot open as a DuckDB database: {exc}") from exc
-        try:
-            self._ensure_schema()
-        except BaseException:
-            self._conn.close()
-            self._conn = None
-            raise
+        with self._session(write=True, upgrade=True) as conn:
+            self._ensure_schema(conn)
 
     @property
     def path(self) -> Path:
@@ -423,11 +434,9 @@ class ResultStore:
     # --- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the connection; further calls raise `StoreError`. Idempotent."""
+        """End the store's use; further calls raise `StoreError`. Idempotent."""
         with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            self._closed = True
 
     def __enter__(self) -> ResultStore:
         return self
@@ -440,22 +449,35 @@ class ResultStore:
     ) -> None:
         self.close()
 
-    def _connection(self) -> duckdb.DuckDBPyConnection:
-        if self._conn is None:
-            raise StoreError(f"{self._path}: the store is closed")
-        return self._conn
+    @contextlib.contextmanager
+    def _session(self, *, write: bool, upgrade: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection for one operation, holding the store's lock; closed on exit."""
+        with self._lock, contextlib.ExitStack() as stack:
+            if self._closed:
+                raise StoreError(f"{self._path}: the store is closed")
+            if write and self._read_only and not upgrade:
+                raise StoreError(f"{self._path}: opened read-only; cannot write")
+            try:
+                conn = stack.enter_context(
+                    connections.connect(self._path, read_only=not write, wait_seconds=self._wait_seconds)
+                )
+            except connections.StoreBusyError as exc:
+                raise StoreError(str(exc)) from exc
+            except duckdb.Error as exc:
+                raise StoreError(f"{self._path}: cannot open as a DuckDB database: {exc}") from exc
+            yield conn
 
-    def _ensure_schema(self) -> None:
-        conn = self._connection()
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-only connection to the store's file for queries (reports, comparisons), closed
+        on exit. It sees everything committed so far, by any process."""
+        with self._session(write=False) as conn:
+            yield conn
+
+    def _ensure_schema(self, conn: duckdb.DuckDBPyConnection) -> None:
         conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
-        found = row[0] if row else None
-        if found is not None and found > SCHEMA_VERSION:
-            # Checked before touching anything else, so a newer file is never modified.
-            raise SchemaVersionError(
-                f"{self._path}: schema version {found} is newer than this code supports "
-                f"(version {SCHEMA_VERSION}); upgrade the package to read this file"
-            )
+        # Checked before touching anything else, so a newer file is never modified.
+        found = _stored_version(conn, self._path)
         conn.execute("BEGIN TRANSACTION")
         try:
             version = found
@@ -476,8 +498,8 @@ class ResultStore:
 
     def schema_version(self) -> int:
         """The schema version recorded in the file."""
-        with self._lock:
-            row = self._connection().execute("SELECT max(version) FROM schema_version").fetchone()
+        with self._session(write=False) as conn:
+            row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
         return int(row[0])
 
     # --- runs -------------------------------------------------------------------------------
@@ -495,8 +517,7 @@ class ResultStore:
         run_config_json = json.dumps(scrub_secrets(run.run_config), sort_keys=True, default=str)
         config_hash = agent_config_hash(run.agent_config)
         selection_json = None if run.selected_task_ids is None else json.dumps(sorted(run.selected_task_ids))
-        with self._lock:
-            conn = self._connection()
+        with self._session(write=True) as conn:
             existing = conn.execute(
                 "SELECT agent, model_id, suite, suite_hash, agent_config_hash, selected_task_ids FROM runs "
                 "WHERE run_id = ?",
@@ -556,8 +577,7 @@ class ResultStore:
         """Set a run's final status and its finish time (now, UTC)."""
         if not status:
             raise StoreError("finish_run needs a non-empty status")
-        with self._lock:
-            conn = self._connection()
+        with self._session(write=True) as conn:
             self._require_run(conn, run_id)
             conn.execute(
                 "UPDATE runs SET status = ?, finished_at = ? WHERE run_id = ?",
@@ -566,8 +586,8 @@ class ResultStore:
 
     def get_run(self, run_id: str) -> RunInfo | None:
         """The stored provenance of a run (agent_config already scrubbed), or None."""
-        with self._lock:
-            rows = self._query("SELECT * FROM runs WHERE run_id = ?", [run_id])
+        with self._session(write=False) as conn:
+            rows = _query(conn, "SELECT * FROM runs WHERE run_id = ?", [run_id])
         if not rows:
             return None
         # Rows from before version 3 (or written by hand) may have NULL configurations.
@@ -631,8 +651,7 @@ class ResultStore:
             for step in result.steps
         ]
         key = [run_id, result.task_id, result.attempt]
-        with self._lock:
-            conn = self._connection()
+        with self._session(write=True) as conn:
             self._require_run(conn, run_id)
             conn.execute("BEGIN TRANSACTION")
             try:
@@ -658,40 +677,54 @@ class ResultStore:
 
     def results(self, run_id: str) -> list[dict[str, Any]]:
         """Every stored attempt of a run (task_results rows), ordered by task and attempt."""
-        with self._lock:
-            return self._query(
+        with self._session(write=False) as conn:
+            return _query(
+                conn,
                 "SELECT * FROM task_results WHERE run_id = ? ORDER BY task_id, attempt", [run_id]
             )
 
     def latest_attempts(self, run_id: str) -> list[dict[str, Any]]:
         """The last attempt of each task of a run (the `latest_task_results` view), by task id."""
-        with self._lock:
-            return self._query(
+        with self._session(write=False) as conn:
+            return _query(
+                conn,
                 "SELECT * FROM latest_task_results WHERE run_id = ? ORDER BY task_id", [run_id]
             )
 
     def steps(self, run_id: str, task_id: str, attempt: int | None = None) -> list[dict[str, Any]]:
         """The steps of one task attempt (the last attempt when `attempt` is None), in order."""
-        with self._lock:
+        with self._session(write=False) as conn:
             if attempt is None:
-                row = self._connection().execute(
+                row = conn.execute(
                     "SELECT max(attempt) FROM task_results WHERE run_id = ? AND task_id = ?",
                     [run_id, task_id],
                 ).fetchone()
                 if row is None or row[0] is None:
                     return []
                 attempt = int(row[0])
-            return self._query(
+            return _query(
+                conn,
                 "SELECT * FROM steps WHERE run_id = ? AND task_id = ? AND attempt = ? "
                 "ORDER BY step_index",
                 [run_id, task_id, attempt],
             )
 
+    def run_steps(self, run_id: str) -> dict[tuple[str, int], list[dict[str, Any]]]:
+        """Every step of a run in one read, keyed by (task_id, attempt), each list in order."""
+        with self._session(write=False) as conn:
+            rows = _query(
+                conn, "SELECT * FROM steps WHERE run_id = ? ORDER BY task_id, attempt, step_index", [run_id]
+            )
+        grouped: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for row in rows:
+            grouped.setdefault((row["task_id"], row["attempt"]), []).append(row)
+        return grouped
+
     def finished_task_ids(self, run_id: str) -> set[str]:
         """Tasks whose last attempt has a final (non-retryable) outcome: skip these on resume."""
         placeholders = ", ".join("?" * len(_FINAL_OUTCOMES))
-        with self._lock:
-            rows = self._connection().execute(
+        with self._session(write=False) as conn:
+            rows = conn.execute(
                 f"SELECT task_id FROM latest_task_results WHERE run_id = ? "
                 f"AND outcome IN ({placeholders})",
                 [run_id, *_FINAL_OUTCOMES],
@@ -700,8 +733,8 @@ class ResultStore:
 
     def next_attempt(self, run_id: str, task_id: str) -> int:
         """The attempt number to use for the next try of a task (1 if never recorded)."""
-        with self._lock:
-            row = self._connection().execute(
+        with self._session(write=False) as conn:
+            row = conn.execute(
                 "SELECT coalesce(max(attempt), 0) + 1 FROM task_results WHERE run_id = ? AND task_id = ?",
                 [run_id, task_id],
             ).fetchone()
@@ -716,8 +749,8 @@ class ResultStore:
         """
         if not task_ids:
             return {}
-        with self._lock:
-            rows = self._connection().execute(
+        with self._session(write=False) as conn:
+            rows = conn.execute(
                 """
                 SELECT l.task_id,
                        avg(l.total_time_seconds) FILTER (WHERE r.agent = ?) AS same_agent,
@@ -734,20 +767,35 @@ class ResultStore:
             if (same if same is not None else anyone) is not None
         }
 
-    # --- helpers ----------------------------------------------------------------------------
 
-    def _query(self, sql: str, params: list[Any]) -> list[dict[str, Any]]:
-        """Rows as dicts; JSON columns are decoded. Caller holds the lock."""
-        cursor = self._connection().execute(sql, params)
-        names = [d[0] for d in cursor.description]
-        rows = []
-        for values in cursor.fetchall():
-            row = dict(zip(names, values))
-            for name in _JSON_COLUMNS.intersection(row):
-                if isinstance(row[name], str):
-                    row[name] = json.loads(row[name])
-            rows.append(row)
-        return rows
+def _stored_version(conn: duckdb.DuckDBPyConnection, path: Path) -> int | None:
+    """The file's schema version (None for a new file); `SchemaVersionError` if it is newer
+    than this code knows."""
+    try:
+        row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+    except duckdb.CatalogException:
+        return None
+    found = None if row is None or row[0] is None else int(row[0])
+    if found is not None and found > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{path}: schema version {found} is newer than this code supports "
+            f"(version {SCHEMA_VERSION}); upgrade the package to read this file"
+        )
+    return found
+
+
+def _query(conn: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[dict[str, Any]]:
+    """Rows as dicts; JSON columns are decoded."""
+    cursor = conn.execute(sql, params)
+    names = [d[0] for d in cursor.description]
+    rows = []
+    for values in cursor.fetchall():
+        row = dict(zip(names, values))
+        for name in _JSON_COLUMNS.intersection(row):
+            if isinstance(row[name], str):
+                row[name] = json.loads(row[name])
+        rows.append(row)
+    return rows
 
 
 def _timing(timings: Mapping[str, float], stage: str) -> float | None:

@@ -163,7 +163,8 @@ def test_ctrl_c_or_sigterm_stops_the_run_keeps_its_results_and_exits_130_or_143(
 
 def test_sigkill_of_arena_run_leaves_no_process_behind(tmp_path: Path) -> None:
     """`kill -9` of `arena run` (the OOM killer, a CI timeout) gives it no chance to clean up:
-    its watcher still ends the temporary Prefect server and every simulation it started."""
+    its watcher still ends every simulation it started, and the local Prefect server it started
+    stops once idle, as nobody uses it any more."""
     import json
     import os
     import signal
@@ -175,6 +176,7 @@ def test_sigkill_of_arena_run_leaves_no_process_behind(tmp_path: Path) -> None:
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    env["ARENA_LOCAL_SERVER_IDLE_SECONDS"] = "3"
     progress = tmp_path / "art" / "killed" / "progress.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "flows.cli", "run", "--run-id", "killed", "--quirks", "--pool-size", "2",
@@ -192,7 +194,9 @@ def test_sigkill_of_arena_run_leaves_no_process_behind(tmp_path: Path) -> None:
             time.sleep(0.1)
         children = [c for c in psutil.Process(proc.pid).children(recursive=True) if "flows.reaper" not in " ".join(c.cmdline())]
         commands = " ".join(" ".join(c.cmdline()) for c in children)
-        assert "adapters.waa.localenv" in commands and "prefect.server" in commands, commands
+        assert "adapters.waa.localenv" in commands, commands
+        record = json.loads((tmp_path / "prefect" / "arena-server" / "server.json").read_text())
+        children += [psutil.Process(record["supervisor_pid"]), psutil.Process(record["server_pid"])]
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
@@ -209,7 +213,29 @@ def test_sigkill_of_arena_run_leaves_no_process_behind(tmp_path: Path) -> None:
                 pass
         return alive
 
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 30
     while left() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert left() == []
+    assert not (tmp_path / "prefect" / "arena-server" / "server.json").exists()
+
+
+def test_sql_prints_rows_and_refuses_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`arena sql` runs one query on a short read-only connection: rows printed, a write or a
+    typo refused in one line, the data untouched."""
+    from adapters.store import ResultStore, RunInfo
+
+    db = tmp_path / "arena.duckdb"
+    with ResultStore(db) as store:
+        store.start_run(RunInfo(run_id="r1", agent="scripted", suite="x"))
+    assert main(["sql", "SELECT run_id, status FROM runs", "--db", str(db)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["run_id", "status"] and out[2].split() == ["r1", "running"] and out[-1] == "(1 row)"
+    assert main(["sql", "SELECT run_id FROM runs", "--db", str(db), "--csv"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["run_id", "r1"]
+    for query in ("DELETE FROM runs", "SELEC 1"):
+        assert main(["sql", query, "--db", str(db)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("arena: error: query failed: ") and err.count("\n") == 1
+    with ResultStore(db, read_only=True) as store:
+        assert store.get_run("r1") is not None

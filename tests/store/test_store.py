@@ -228,7 +228,8 @@ def test_concurrent_record_result_from_8_threads(store: ResultStore) -> None:
     metrics = compute_run_metrics(store, RUN)
     assert metrics.overall.tasks == 200 and metrics.overall.success.successes == 8 * 12
     assert len(metrics.per_domain) == 8
-    count = store._connection().execute("SELECT count(*) FROM steps").fetchone()  # noqa: SLF001
+    with store.reading() as conn:
+        count = conn.execute("SELECT count(*) FROM steps").fetchone()
     assert count == (8 * per_thread * 3,)
 
 
