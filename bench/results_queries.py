@@ -15,10 +15,12 @@ It then times, best of 5 after one warm-up run, through the code the product use
   (b) a two-run comparison, `compare_stored_runs` (per-domain deltas with intervals, flips,
       the McNemar verdict), from an open `ResultStore` and from the file's path,
   (c) the steps of one task, `ResultStore.steps`,
-and prints each against the 200 ms target (MET / NOT MET), and the generation time.
+and prints each against the 200 ms target (MET / NOT MET), and the generation time. With
+--postgres it copies the same data into a PostgreSQL team store (`arena store migrate`) and
+prints its times beside the embedded store's.
 It prints numbers; it asserts nothing.
 
-    python bench/results_queries.py [--keep DIR]
+    python bench/results_queries.py [--keep DIR] [--postgres URL|local]
 """
 
 from __future__ import annotations
@@ -187,17 +189,77 @@ def _best_ms(fn: Callable[[], Any]) -> tuple[float, Any]:
     return min(times), result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--keep", type=Path, help="build the database in this directory and keep it")
-    args = parser.parse_args()
+# The same query in PostgreSQL's dialect (GROUP BY ALL is DuckDB's), for the team store.
+SUCCESS_BY_MODEL_AND_DOMAIN_PG = """
+SELECT coalesce(r.model_id, r.agent) AS model, t.domain,
+       count(*) AS tasks, round(100 * avg(t.success::INT), 1) AS success_pct
+FROM latest_task_results t JOIN runs r USING (run_id)
+GROUP BY 1, 2
+ORDER BY 1, 2
+"""
 
-    import duckdb
+BASE_RUN, NEW_RUN, TASK = "run-0600", "run-0601", "task-042"
 
+
+def _measure(source: Any, run_sql: Callable[[], list[Any]]) -> list[tuple[str, float, str]]:
+    """(a), (b) and (c) on one store: `source` is the DuckDB file's path or the team store's URL."""
     from adapters.results.compare import compare_stored_runs
     from adapters.store.duckdb_store import ResultStore
 
-    with tempfile.TemporaryDirectory() as tmp:
+    measurements: list[tuple[str, float, str]] = []
+    ms, rows = _best_ms(run_sql)
+    measurements.append(("(a) success rate by model and domain (SQL)", ms, f"{len(rows)} rows"))
+    ms, comparison = _best_ms(lambda: compare_stored_runs(source, BASE_RUN, NEW_RUN))
+    measurements.append((
+        "(b) compare two runs, compare_stored_runs(location)",
+        ms,
+        f"{comparison.test.paired_tasks} paired, {comparison.test.fixed} fixed, "
+        f"{comparison.test.broken} broken, p = {comparison.p_value:.3g}: {comparison.verdict}",
+    ))
+    with ResultStore(source) as store:
+        ms, comparison = _best_ms(lambda: compare_stored_runs(store, BASE_RUN, NEW_RUN))
+        measurements.append(("(b) compare two runs, compare_stored_runs(store)", ms,
+                             f"{len(comparison.domains) - 1} domains"))
+        ms, steps = _best_ms(lambda: store.steps(NEW_RUN, TASK))
+        measurements.append(("(c) steps of one task, ResultStore.steps", ms, f"{len(steps)} steps"))
+    return measurements
+
+
+def _team_store(url: str, db: Path) -> tuple[list[tuple[str, float, str]], float]:
+    """The same data copied into the team store (`arena store migrate`), then measured."""
+    from adapters.store.duckdb_store import ResultStore
+    from adapters.store.migrate import migrate
+    from adapters.store.postgres import read_only_query
+
+    started = time.perf_counter()
+    with ResultStore(url) as store:
+        report = migrate(db, store)
+    seconds = time.perf_counter() - started
+    print(f"team store: copied {len(report.copied)} runs, {report.results:,} results, {report.steps:,} steps "
+          f"in {seconds:.1f} s (arena store migrate)")
+
+    def run_sql() -> list[Any]:
+        answer = read_only_query(url, SUCCESS_BY_MODEL_AND_DOMAIN_PG)
+        return answer[1] if answer else []
+
+    return _measure(url, run_sql), seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", type=Path, help="build the database in this directory and keep it")
+    parser.add_argument(
+        "--postgres", metavar="URL",
+        help="also measure the team store: an empty PostgreSQL database's URL, or 'local' to start a "
+             "throwaway server with this machine's PostgreSQL (tests/pg_server.py)",
+    )
+    args = parser.parse_args()
+
+    import contextlib
+
+    import duckdb
+
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         directory = args.keep or Path(tmp)
         directory.mkdir(parents=True, exist_ok=True)
         db = directory / "bench.duckdb"
@@ -221,30 +283,35 @@ def main() -> None:
         print("final outcomes: " + ", ".join(f"{o} {100 * n / total_final:.1f}%" for o, n in outcomes))
         print()
 
-        base_run, new_run, task = "run-0600", "run-0601", "task-042"
-        measurements: list[tuple[str, float, str]] = []
-        with duckdb.connect(str(db), read_only=True) as con:
-            ms, rows = _best_ms(lambda: con.execute(SUCCESS_BY_MODEL_AND_DOMAIN).fetchall())
-            measurements.append(("(a) success rate by model and domain (SQL)", ms, f"{len(rows)} rows"))
-        ms, comparison = _best_ms(lambda: compare_stored_runs(db, base_run, new_run))
-        measurements.append((
-            "(b) compare two runs, compare_stored_runs(path)",
-            ms,
-            f"{comparison.test.paired_tasks} paired, {comparison.test.fixed} fixed, "
-            f"{comparison.test.broken} broken, p = {comparison.p_value:.3g}: {comparison.verdict}",
-        ))
-        with ResultStore(db) as store:
-            ms, comparison = _best_ms(lambda: compare_stored_runs(store, base_run, new_run))
-            measurements.append(("(b) compare two runs, compare_stored_runs(store)", ms,
-                                 f"{len(comparison.domains) - 1} domains"))
-            ms, steps = _best_ms(lambda: store.steps(new_run, task))
-            measurements.append(("(c) steps of one task, ResultStore.steps", ms, f"{len(steps)} steps"))
+        def run_sql() -> list[Any]:
+            with duckdb.connect(str(db), read_only=True) as con:
+                return con.execute(SUCCESS_BY_MODEL_AND_DOMAIN).fetchall()
 
-    width = max(len(name) for name, _, _ in measurements)
-    print(f"{'query':<{width}}  {'best of 5':>10}  target {TARGET_MS:.0f} ms")
-    for name, ms, detail in measurements:
-        verdict = "MET" if ms < TARGET_MS else "NOT MET"
-        print(f"{name:<{width}}  {ms:>7.1f} ms  {verdict:<8} ({detail})")
+        embedded = _measure(db, run_sql)
+        team: list[tuple[str, float, str]] | None = None
+        if args.postgres:
+            url = args.postgres
+            if url == "local":
+                sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+                from pg_server import running_postgres
+
+                url = stack.enter_context(running_postgres())
+            team, _ = _team_store(url, db)
+
+    width = max(len(name) for name, _, _ in embedded)
+    header = f"{'query':<{width}}  {'embedded':>10}"
+    if team is not None:
+        header += f"  {'team store':>10}"
+    print(f"{header}  target {TARGET_MS:.0f} ms")
+    for k, (name, ms, detail) in enumerate(embedded):
+        line = f"{name:<{width}}  {ms:>7.1f} ms"
+        worst = ms
+        if team is not None:
+            line += f"  {team[k][1]:>7.1f} ms"
+            worst = max(ms, team[k][1])
+        print(f"{line}  {'MET' if worst < TARGET_MS else 'NOT MET':<8} ({detail})")
+    if args.postgres is None:
+        print("(the team store: add --postgres URL, or --postgres local with PostgreSQL installed)")
 
 
 if __name__ == "__main__":

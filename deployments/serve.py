@@ -18,10 +18,10 @@ Settings (environment):
     ARENA_BASELINES_FILE     baselines file passed to both baseline deployments
                              (default deployments/baselines.toml)
     ARENA_MODEL_BASELINE     baseline a model update is compared with (default scripted-bundled-local)
-    ARENA_SERVE_LIMIT        at most this many flow runs at once in this process (default 1; 0 = no
-                             limit). Runs beyond it wait. The default is 1 because every run keeps its
-                             DuckDB file open for writing, and DuckDB allows one writing process per
-                             file: two runs sharing db_path at the same time would fail.
+    ARENA_SERVE_LIMIT        at most this many flow runs at once in this process (default 4; 0 = no
+                             limit). Runs beyond it wait. Runs at once share the results store
+                             (adapters/store), so a model update need not wait for the nightly;
+                             each run has its own VM pool, which this also bounds.
 
 When this process exits, Prefect pauses the deployments it served (the scheduled nightly runs are
 deleted); serving again re-registers them. A process started before the previous one has exited
@@ -109,7 +109,7 @@ def build_deployments() -> list[RunnerDeployment]:
 
 def main() -> None:
     """Register the deployments and serve them until interrupted."""
-    limit = int(os.environ.get("ARENA_SERVE_LIMIT", "1"))
+    limit = int(os.environ.get("ARENA_SERVE_LIMIT", "4"))
     deployments = build_deployments()
     stop = threading.Event()
     names = [f"{d.flow_name}/{d.name}" for d in deployments]

@@ -12,7 +12,8 @@ evaluation of a freshly trained model against one of them.
 
 Relative paths inside the baselines file (`suite`, `cloud_config`, `agent_options.plans_path`,
 ...) are resolved against the directory of the baselines file; `db_path` and `artifacts_dir`,
-like in `arena run`, against the working directory of the process running the flow.
+like in `arena run`, against the working directory of the process running the flow. A baseline
+without `store_url` uses $ARENA_STORE_URL (the team store) when set, else `db_path`.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class Baseline(BaseModel):
     max_attempts: int = Field(default=3, ge=1)
     episode_timeout_seconds: float = Field(default=1200.0, gt=0)
     db_path: Path = Path("results/arena.duckdb")
+    store_url: str | None = None  # the team store (PostgreSQL URL, no password); None: $ARENA_STORE_URL
     artifacts_dir: Path = Path("results/artifacts")
 
     @field_validator("name")
@@ -212,6 +214,7 @@ def baseline_config(baseline: Baseline, run_id: str | None = None) -> SuiteRunCo
         episode_timeout_seconds=baseline.episode_timeout_seconds,
         max_attempts=baseline.max_attempts,
         db_path=baseline.db_path,
+        **({"store_url": baseline.store_url} if baseline.store_url else {}),
         artifacts_dir=baseline.artifacts_dir,
         run_id=run_id,
         baseline=baseline.name,
@@ -252,19 +255,23 @@ def slug(text: str) -> str:
 # adapters/results/compare.py; this module only picks the runs to compare.
 
 
-def latest_completed_run(db_path: Path, config: SuiteRunConfig, exclude_run_id: str | None = None) -> str | None:
+def latest_completed_run(
+    store: Path | str, config: SuiteRunConfig, exclude_run_id: str | None = None
+) -> str | None:
     """The most recently finished completed run of the baseline `config` is a run of
     (`config.baseline`) with the same agent, model, suite (content hash), provider and agent
-    configuration (hash), or None (also when the DuckDB file does not exist yet)."""
+    configuration (hash), in `store` (a DuckDB file or the team store's URL), or None (also when
+    the DuckDB file does not exist yet)."""
     if config.baseline is None:
         raise ValueError("latest_completed_run needs the config of a baseline (config.baseline is None)")
-    path = Path(db_path).expanduser()
-    if not path.exists():
-        return None
+    if isinstance(store, Path):
+        store = store.expanduser()
+        if not store.exists():
+            return None
     agent_config = build_agent(config.agent, config.resolved_agent_options()).config()
     suite_hash = WAATaskCatalog(config.suite_dir, difficulty=config.difficulty).content_hash()
     return stored_latest_completed_run(
-        path, baseline=config.baseline, agent=config.agent,
+        store, baseline=config.baseline, agent=config.agent,
         model=agent_config.get("model") or config.agent_options.model, suite_hash=suite_hash,
         provider=config.provider, agent_config_hash=agent_config_hash(agent_config),
         exclude_run_id=exclude_run_id or "",
@@ -362,11 +369,12 @@ def evaluate_model_update(
         "model update: %s (endpoint %s, checkpoint %s) against baseline %s", model, endpoint, checkpoint, chosen.name
     )
 
-    baseline_run_id = latest_completed_run(reference.db_path, reference)
+    baseline_run_id = latest_completed_run(reference.store_location, reference)
     if baseline_run_id is None:
         if not run_baseline_if_missing:
             raise RuntimeError(
-                f"no completed run of baseline {chosen.name!r} in {reference.db_path}; run the nightly baselines first"
+                f"no completed run of baseline {chosen.name!r} in {reference.store_location}; "
+                "run the nightly baselines first"
             )
         logger.info("no completed run of baseline %s yet; running it first", chosen.name)
         baseline_run_id = baseline_run(chosen, reference)
@@ -375,12 +383,12 @@ def evaluate_model_update(
 
     new_run_id = baseline_run(chosen, new_config)
     comparison = compare_runs(
-        final_attempts(reference.db_path, baseline_run_id),
-        final_attempts(new_config.db_path, new_run_id),
+        final_attempts(reference.store_location, baseline_run_id),
+        final_attempts(new_config.store_location, new_run_id),
         baseline_run_id,
         new_run_id,
-        baseline_status=stored_run_status(reference.db_path, baseline_run_id),
-        new_status=stored_run_status(new_config.db_path, new_run_id),
+        baseline_status=stored_run_status(reference.store_location, baseline_run_id),
+        new_status=stored_run_status(new_config.store_location, new_run_id),
     )
     title = f"{model} vs baseline {chosen.name}" + (f" (checkpoint {checkpoint})" if checkpoint else "")
     markdown = comparison_markdown(comparison, title)

@@ -10,8 +10,10 @@
     arena compare RUN_A RUN_B      per-domain deltas, flipped tasks and a paired-test verdict
     arena export RUN --parquet D   one run's tables as Parquet files
     arena sql "QUERY"              one SQL query on the results (safe while runs write)
+    arena store migrate FILE       copy a DuckDB results file's runs into the team store
 
-RUN may be `latest` (the most recently started run in the database).
+RUN may be `latest` (the most recently started run in the database). Every --db takes a DuckDB
+file or the team store's PostgreSQL URL; $ARENA_STORE_URL, when set, is the default.
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ RUN_EXIT_CODES: dict[str, int] = {
     "completed": 0, "failed": EXIT_FAILED, "incomplete": 3, "budget_exhausted": 4, "cancelled": 5,
     "interrupted": EXIT_INTERRUPTED,
 }
+
+
+_DB_HELP = (
+    "DuckDB file, or the team store's URL postgresql://USER@HOST/DB (password from PGPASSWORD or ~/.pgpass); "
+    "default $ARENA_STORE_URL, else results/arena.duckdb"
+)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -74,7 +82,7 @@ def _run(args: argparse.Namespace) -> int:
             "max_steps": args.max_steps,
             "episode_timeout_seconds": args.episode_timeout,
             "max_attempts": args.max_attempts,
-            "db_path": args.db,
+            **({"store_url": args.db} if isinstance(args.db, str) else {"db_path": args.db}),
             "artifacts_dir": args.artifacts,
             "run_id": args.run_id,
             "change_selection": args.change_selection or None,
@@ -123,7 +131,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"arena: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except (KeyboardInterrupt, TerminationSignal) as stop:
-        if _stored_status(config.db_path, config.run_id) == "cancelled":
+        if _stored_status(config.store_location, config.run_id) == "cancelled":
             print(f"arena: run {config.run_id} was cancelled from Prefect; attempts recorded so far are kept "
                   f"(resume with --run-id {config.run_id})", file=sys.stderr)
             return RUN_EXIT_CODES["cancelled"]
@@ -135,9 +143,9 @@ def _run(args: argparse.Namespace) -> int:
     print("\n" + outcome.table)
     if outcome.status != "completed":
         print(f"\nRun status: {outcome.status} (rerun with --run-id {outcome.run_id} to finish it)")
-    print(f"\nResults: {outcome.db_path.resolve()} (run_id {outcome.run_id!r})")
+    print(f"\nResults: {outcome.store} (run_id {outcome.run_id!r})")
     print(f"Screenshots: {(config.artifacts_dir / outcome.run_id).resolve()}")
-    _, report = write_run_report(outcome.db_path, outcome.run_id)
+    _, report = write_run_report(config.store_location, outcome.run_id)
     print(f"HTML report: {report.resolve()} (terminal: arena report {outcome.run_id})")
     code = RUN_EXIT_CODES.get(outcome.status, EXIT_FAILED)
     if code:
@@ -147,7 +155,7 @@ def _run(args: argparse.Namespace) -> int:
     return code
 
 
-def _stored_status(db: Path, run_id: str) -> str | None:
+def _stored_status(db: Path | str, run_id: str) -> str | None:
     """The status the run stored when it stopped (None if it stored none)."""
     try:
         with ResultStore(db, read_only=True) as store:
@@ -273,7 +281,7 @@ def _status(args: argparse.Namespace) -> int:
     return EXIT_FAILED
 
 
-def _run_id(db: Path, run: str) -> str:
+def _run_id(db: Path | str, run: str) -> str:
     """`run`, or the most recently started run's id when `run` is "latest"."""
     if run != "latest":
         return run
@@ -285,13 +293,28 @@ def _run_id(db: Path, run: str) -> str:
     return found
 
 
-def _default_report_path(db: Path, run_id: str) -> Path:
-    """Where reports go unless told: a `reports` folder beside the database."""
-    return db.parent / "reports" / f"{run_id}.html"
+def _default_report_path(db: Path | str, run_id: str) -> Path:
+    """Where reports go unless told: a `reports` folder beside the database (for the team
+    store, results/reports in the working directory)."""
+    folder = Path("results") if isinstance(db, str) else db.parent
+    return folder / "reports" / f"{run_id}.html"
+
+
+def _store(value: str) -> Path | str:
+    """A --db value: the team store's PostgreSQL URL (kept as text) or a DuckDB file's path."""
+    from adapters.store.postgres import is_server_location
+    from flows.run_config import check_store_url
+
+    if not is_server_location(value):
+        return Path(value)
+    try:
+        return check_store_url(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def write_run_report(
-    db: Path, run_id: str, html: Path | None = None, demo_library: Path | None = None,
+    db: Path | str, run_id: str, html: Path | None = None, demo_library: Path | None = None,
     show: Callable[[str], None] | None = None,
 ) -> tuple[str, Path]:
     """The terminal report of a run, and its HTML report written to `html` (default: beside the DB).
@@ -301,7 +324,7 @@ def write_run_report(
     from adapters.results.report_html import write_html_report
     from adapters.results.report_text import render_text_report
 
-    if not db.is_file():
+    if isinstance(db, Path) and not db.is_file():
         raise StoreError(f"{db.resolve()}: results database not found")
     with ResultStore(db, read_only=True) as store:
         references = references_for_run(store, run_id, demo_library)
@@ -337,16 +360,20 @@ def _sql(args: argparse.Namespace) -> int:
     import duckdb
 
     from adapters.results.source import results_connection
+    from adapters.store.postgres import read_only_query
 
-    with results_connection(args.db) as conn:
-        try:
-            cursor = conn.execute(args.query)
-        except duckdb.Error as exc:
-            raise ValueError(f"query failed: {str(exc).splitlines()[0]}") from exc
-        if cursor.description is None:
-            return 0
-        names = [d[0] for d in cursor.description]
-        rows = cursor.fetchall()
+    if isinstance(args.db, str):  # the team store: the query runs on PostgreSQL, in its dialect
+        answer = read_only_query(args.db, args.query)
+    else:
+        with results_connection(args.db) as conn:
+            try:
+                cursor = conn.execute(args.query)
+            except duckdb.Error as exc:
+                raise ValueError(f"query failed: {str(exc).splitlines()[0]}") from exc
+            answer = None if cursor.description is None else ([d[0] for d in cursor.description], cursor.fetchall())
+    if answer is None:
+        return 0
+    names, rows = answer
     if args.csv:
         writer = csv.writer(sys.stdout)
         writer.writerow(names)
@@ -367,6 +394,22 @@ def _export(args: argparse.Namespace) -> int:
 
     for path in export_run_parquet(args.db, _run_id(args.db, args.run), args.parquet, overwrite=args.overwrite):
         print(path)
+    return 0
+
+
+def _store_migrate(args: argparse.Namespace) -> int:
+    from adapters.store.migrate import migrate
+
+    if not isinstance(args.to, str):
+        raise ValueError("--to: give the team store's URL postgresql://USER@HOST/DB (or set ARENA_STORE_URL)")
+    if not args.file.is_file():
+        raise ValueError(f"{args.file}: no such DuckDB file")
+    with ResultStore(args.to) as target:
+        report = migrate(args.file, target)
+        print(f"{args.file} -> {target.location}: {len(report.copied)} run(s) copied "
+              f"({report.results} results, {report.steps} steps), {len(report.skipped)} already there")
+    for run_id in report.skipped:
+        print(f"  skipped {run_id} (already in the team store)")
     return 0
 
 
@@ -420,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-steps", type=int)
     run.add_argument("--episode-timeout", type=float, help="wall-clock seconds per episode")
     run.add_argument("--max-attempts", type=int, help="attempts per task for infrastructure errors")
-    run.add_argument("--db", type=Path, help="DuckDB file (default results/arena.duckdb)")
+    run.add_argument("--db", type=_store, help=_DB_HELP)
     run.add_argument("--artifacts", type=Path, help="screenshot directory (default results/artifacts)")
     run.add_argument("--run-id", help="resume or name a run")
     run.add_argument(
@@ -485,10 +528,13 @@ def build_parser() -> argparse.ArgumentParser:
     janitor.add_argument("--dry-run", action="store_true", help="list what would be deleted")
     janitor.set_defaults(func=_janitor)
 
-    default_db = Path("results/arena.duckdb")
+    from flows.run_config import default_store_url
+
+    # A string default goes through `_store` like a typed value (argparse does that).
+    default_db = default_store_url() or "results/arena.duckdb"
     report = sub.add_parser("report", help="a run's metrics in the terminal, and a self-contained HTML report")
     report.add_argument("run", help="the run id (or 'latest')")
-    report.add_argument("--db", type=Path, default=default_db, help="DuckDB file (default results/arena.duckdb)")
+    report.add_argument("--db", type=_store, default=default_db, help=_DB_HELP)
     report.add_argument("--html", type=Path, help="HTML file to write (default: reports/<run>.html beside the DB)")
     report.add_argument(
         "--demo-library", type=Path, help="demonstrations to score trajectories against (besides the suite's plans)"
@@ -498,21 +544,31 @@ def build_parser() -> argparse.ArgumentParser:
     compare = sub.add_parser("compare", help="compare two runs: per-domain deltas, flips, a paired-test verdict")
     compare.add_argument("baseline", help="the baseline run id (or 'latest')")
     compare.add_argument("new", help="the run compared with it (or 'latest')")
-    compare.add_argument("--db", type=Path, default=default_db, help="DuckDB file (default results/arena.duckdb)")
+    compare.add_argument("--db", type=_store, default=default_db, help=_DB_HELP)
     compare.set_defaults(func=_compare)
 
     export = sub.add_parser("export", help="write one run's runs/task_results/steps tables as Parquet")
     export.add_argument("run", help="the run id (or 'latest')")
     export.add_argument("--parquet", type=Path, required=True, metavar="DIR", help="directory for the .parquet files")
-    export.add_argument("--db", type=Path, default=default_db, help="DuckDB file (default results/arena.duckdb)")
+    export.add_argument("--db", type=_store, default=default_db, help=_DB_HELP)
     export.add_argument("--overwrite", action="store_true", help="replace existing files in DIR")
     export.set_defaults(func=_export)
 
     sql = sub.add_parser("sql", help="run one SQL query on the results and print the rows (safe while runs write)")
     sql.add_argument("query", help="the SQL query, e.g. \"SELECT run_id, status FROM runs\"")
-    sql.add_argument("--db", type=Path, default=default_db, help="DuckDB file (default results/arena.duckdb)")
+    sql.add_argument("--db", type=_store, default=default_db, help=_DB_HELP)
     sql.add_argument("--csv", action="store_true", help="print CSV instead of a table")
     sql.set_defaults(func=_sql)
+
+    store = sub.add_parser("store", help="the results store")
+    store_sub = store.add_subparsers(dest="store_command", required=True)
+    store_migrate = store_sub.add_parser("migrate", help="copy a DuckDB results file's runs into the team store")
+    store_migrate.add_argument("file", type=Path, help="the DuckDB file, e.g. results/arena.duckdb")
+    store_migrate.add_argument(
+        "--to", type=_store, default=default_store_url(),
+        help="the team store postgresql://USER@HOST/DB (password from PGPASSWORD or ~/.pgpass); default $ARENA_STORE_URL",
+    )
+    store_migrate.set_defaults(func=_store_migrate)
 
     tasks = sub.add_parser("tasks", help="inspect task suites")
     tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True)

@@ -102,7 +102,7 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
     provider = build_provider(config.provider, config.provider_settings(run_id))
     environment = provider.environment
 
-    with ResultStore(config.db_path) as store:
+    with ResultStore(config.store_location) as store:
         finished = store.finished_task_ids(run_id) & {t.task_id for t in tasks}
         todo = [t for t in tasks if t.task_id not in finished]
         stored = store.get_run(run_id)
@@ -174,7 +174,7 @@ def _summarize(
                 lambda: create_markdown_artifact(key="waa-run-summary-report", markdown=markdown, description=description))
     return RunOutcome(
         run_id=run_id,
-        db_path=config.db_path,
+        store=store.location,
         results=results,
         table=table,
         status=completeness.status,

@@ -7,7 +7,9 @@ anything.
 
 from __future__ import annotations
 
+import os
 import re
+import urllib.parse
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,7 +20,9 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from adapters.agents import AgentOptions
 from adapters.benchmark import BenchmarkResult
 from adapters.results.source import stored_selection
-from adapters.store.duckdb_store import selection_change
+from adapters.store.duckdb_store import ResultStore, selection_change
+from adapters.store.errors import StoreError
+from adapters.store.postgres import is_server_location
 from adapters.vms.base import ResetLevel
 from adapters.vms.existing import DEFAULT_SERVER_WAIT_SECONDS
 from adapters.vms.registry import PROVIDERS, ProviderSettings, build_provider
@@ -28,6 +32,33 @@ from flows.summary import RunCompleteness
 
 # Run ids name folders (artifacts, progress files): a safe character set, no path parts.
 SAFE_RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+
+STORE_URL_ENV = "ARENA_STORE_URL"
+"""The team store every command uses by default when set (a PostgreSQL URL; README "Team store")."""
+
+
+def default_store_url() -> str | None:
+    """$ARENA_STORE_URL, or None (the DuckDB file `db_path`)."""
+    return os.environ.get(STORE_URL_ENV) or None
+
+
+def check_store_url(value: str) -> str:
+    """`value` if it is a PostgreSQL URL without a password; ValueError naming what is wrong.
+
+    A run's configuration is a flow parameter (visible in the Prefect UI) and is stored with the
+    run, so the password comes from libpq's own chain instead: PGPASSWORD or ~/.pgpass.
+    """
+    if not is_server_location(value):
+        raise ValueError(f"store URL {value!r}: expected postgresql://USER@HOST[:PORT]/DATABASE")
+    parts = urllib.parse.urlsplit(value)
+    if parts.password is not None:
+        raise ValueError(
+            "the store URL carries a password; leave it out (postgresql://USER@HOST/DATABASE) and set "
+            "PGPASSWORD or ~/.pgpass: the URL is shown in the Prefect UI and stored with the run"
+        )
+    if not parts.hostname or not parts.path.strip("/"):
+        raise ValueError(f"store URL {value!r}: expected postgresql://USER@HOST[:PORT]/DATABASE")
+    return value
 
 
 class SuiteRunConfig(BaseModel):
@@ -74,6 +105,9 @@ class SuiteRunConfig(BaseModel):
     # 0 on the simulation). Benchmarks use it to simulate per-step latency.
     settle_seconds: float | None = Field(default=None, ge=0)
     db_path: Path = Path("results/arena.duckdb")
+    # The team store (a PostgreSQL URL without its password; default $ARENA_STORE_URL): when set,
+    # results go there instead of `db_path`, from this controller and from every shard host.
+    store_url: str | None = Field(default_factory=default_store_url)
     # Screenshots. In shard mode every shard writes here on its own host: use a path on a
     # filesystem shared by all hosts (mounted at the same path), or the report lacks the
     # screenshots of remote shards.
@@ -93,6 +127,16 @@ class SuiteRunConfig(BaseModel):
     shards: int = Field(default=0, ge=0, le=64)
     shard_deployment: str = "evaluate-shard/shard"
     shard_start_timeout_seconds: float = Field(default=900.0, gt=0)
+
+    @field_validator("store_url")
+    @classmethod
+    def _store_url(cls, value: str | None) -> str | None:
+        return None if value is None else check_store_url(value)
+
+    @property
+    def store_location(self) -> Path | str:
+        """Where the run's results go: the team store's URL when set, else the DuckDB file."""
+        return self.store_url or self.db_path
 
     @field_validator("stage_timeouts")
     @classmethod
@@ -176,12 +220,18 @@ class SuiteRunConfig(BaseModel):
                 )
         finally:
             provider.close()
-        if self.db_path.is_dir():
+        if self.store_url is None and self.db_path.is_dir():
             raise ValueError(f"--db {self.db_path} is a directory; give the path of a DuckDB file")
         if self.artifacts_dir.exists() and not self.artifacts_dir.is_dir():
             raise ValueError(f"--artifacts {self.artifacts_dir} is a file; give a directory for screenshots")
-        if self.run_id and not self.change_selection and self.db_path.is_file():
-            problem = selection_change(self.run_id, stored_selection(self.db_path, self.run_id),
+        if self.store_url is not None:
+            # Reached, logged in and of a schema this code knows (created when new) before any VM.
+            try:
+                ResultStore(self.store_url, wait_seconds=30).close()
+            except StoreError as exc:
+                raise ValueError(str(exc)) from exc
+        if self.run_id and not self.change_selection and (self.store_url or self.db_path.is_file()):
+            problem = selection_change(self.run_id, stored_selection(self.store_location, self.run_id),
                                        [t.task_id for t in selected])
             if problem:
                 raise ValueError(problem)
@@ -196,7 +246,7 @@ class SuiteRunConfig(BaseModel):
 
 class RunOutcome(BaseModel):
     run_id: str
-    db_path: Path
+    store: str  # where the results are: the DuckDB file, or the team store's URL
     results: list[BenchmarkResult]  # the last attempt of each task run by this invocation
     table: str
     status: str = "completed"

@@ -108,7 +108,8 @@ class ShardOutcome(BaseModel):
     attempts: list[BenchmarkResult] = Field(default_factory=list)  # in the order they were recorded
     budget_reason: str | None = None
     vm_cost_usd: float = 0.0  # the shard pool's VM-hours * vm_hour_price_usd
-    db_path: str  # the shard's own DuckDB file, on its host
+    store: str  # where the shard recorded its attempts: its own DuckDB file on its host, or the team store
+    in_team_store: bool = False  # the attempts are already in the run's store (the controller's too)
     worker: ShardWorker
 
 
@@ -241,12 +242,24 @@ def run_shard(
     agent_options = config.resolved_agent_options()
     agent_config = build_agent(config.agent, agent_options).config()
     flow_run_id = str(runtime_flow_run.id or uuid.uuid4())
-    db_path = (shard_db_dir(db_dir) / f"{run_id}-shard{shard}-{flow_run_id[:8]}.duckdb").resolve()
-    db_path.parent.mkdir(parents=True, exist_ok=True)
+    team = config.store_url is not None
+    location: Path | str
+    if team:
+        location = str(config.store_url)
+    else:
+        location = (shard_db_dir(db_dir) / f"{run_id}-shard{shard}-{flow_run_id[:8]}.duckdb").resolve()
+        location.parent.mkdir(parents=True, exist_ok=True)
     provider = build_provider(config.provider, config.provider_settings(resource_id(run_id, shard)))
-    with ResultStore(db_path) as store:
-        store.start_run(run_info(config, run_id, catalog, [t.task_id for t in tasks], agent_config, provider))
-        budget = RunBudget.for_run(config, store, run_id)
+    with ResultStore(location) as store:
+        if team:
+            # The controller owns the run's record in the team store; the shard adds attempts.
+            if store.get_run(run_id) is None:
+                raise ShardError(f"run {run_id!r} is not in the team store {store.location}; "
+                                 "shards are started by their controller")
+            budget = RunBudget(config)  # this shard's share of the run's budget (shard_budget_limits)
+        else:
+            store.start_run(run_info(config, run_id, catalog, [t.task_id for t in tasks], agent_config, provider))
+            budget = RunBudget.for_run(config, store, run_id)
         progress = ShardProgress(
             run_id, shard, len(tasks), config.artifacts_dir / run_id / f"shard-{shard}-progress.json"
         )
@@ -259,11 +272,13 @@ def run_shard(
             evaluate_on_pool(request, tasks)
             status = run_completeness(store, run_id, tasks, budget).status
         finally:
-            store.finish_run(run_id, status)
+            if not team:
+                store.finish_run(run_id, status)
             progress.finish(status)
+        where = store.location
     logger.info(
         "shard %d/%d of run %s: %s, %d attempt(s) recorded in %s",
-        shard, shards, run_id, status, len(progress.attempts_recorded), db_path,
+        shard, shards, run_id, status, len(progress.attempts_recorded), where,
     )
     return ShardOutcome(
         run_id=run_id,
@@ -274,7 +289,8 @@ def run_shard(
         attempts=progress.attempts_recorded,
         budget_reason=budget.reason,
         vm_cost_usd=round(budget.cost_usd() - budget.model_cost_usd, 6),
-        db_path=str(db_path),
+        store=where,
+        in_team_store=team,
         worker=ShardWorker(
             hostname=socket.gethostname(),
             pid=os.getpid(),
@@ -562,9 +578,9 @@ def evaluate_on_shards(
                     continue
                 _record_shard(outcome, store, run_id, budget, progress, last)
                 logger.info(
-                    "%s ran on %s (worker %s, pid %d): %s, %d attempt(s); its own file: %s",
+                    "%s ran on %s (worker %s, pid %d): %s, %d attempt(s), recorded in %s",
                     shard_run.describe(), outcome.worker.hostname, outcome.worker.worker_name,
-                    outcome.worker.pid, outcome.status, len(outcome.attempts), outcome.db_path,
+                    outcome.worker.pid, outcome.status, len(outcome.attempts), outcome.store,
                 )
                 if outcome.worker.code_revision != revision:
                     logger.warning(
@@ -586,9 +602,11 @@ def _record_shard(
     progress: RunProgress | None,
     last: dict[str, BenchmarkResult],
 ) -> None:
-    """Store a shard's attempts in the run's file and count them in the run's budget."""
+    """Store a shard's attempts in the run's store (unless the shard wrote them to the team
+    store itself) and count them in the run's budget."""
     for result in outcome.attempts:
-        record_result(store, run_id, result)
+        if not outcome.in_team_store:
+            record_result(store, run_id, result)
         budget.add(result)
         if progress is not None:
             progress.recorded(result)

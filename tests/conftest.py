@@ -42,6 +42,32 @@ def prefect_server() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A real PostgreSQL server on 127.0.0.1 for the session (its `arena` database's URL), or a
+    clean skip when PostgreSQL or psycopg is not installed."""
+    from pg_server import postgres_bindir, running_postgres
+
+    if postgres_bindir() is None:
+        pytest.skip("PostgreSQL is not installed (the postgresql package provides initdb and pg_ctl)")
+    pytest.importorskip("psycopg", reason="psycopg is not installed (the team extra)")
+    with running_postgres() as url:
+        yield url
+
+
+@pytest.fixture()
+def postgres_url(postgres_server: str) -> str:
+    """The URL of a new, empty database on the session's PostgreSQL server."""
+    import uuid
+
+    import psycopg
+
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return postgres_server.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture(scope="session")
 def waa_tasks_dir() -> Path:
     """The 154 real WAA tasks beside the project, or a clean skip when they are absent."""
     if not (SHARED_TASKS / "test_all.json").exists():

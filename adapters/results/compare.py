@@ -387,7 +387,7 @@ def final_attempts(source: ResultsSource, run_id: str) -> list[dict[str, Any]]:
 
     Raises `UnknownRunError` when the run is not in the database.
     """
-    with results_connection(source) as conn:
+    with results_connection(source, [run_id]) as conn:
         require_runs(conn, [run_id], source_path(source))
         cursor = conn.execute(_FINAL_ATTEMPTS_SQL, [run_id])
         names = [d[0] for d in cursor.description]
@@ -401,7 +401,7 @@ def compare_stored_runs(
 
     Raises `UnknownRunError` naming every run id that is not in the database.
     """
-    with results_connection(source) as conn:
+    with results_connection(source, [baseline_run_id, new_run_id]) as conn:
         require_runs(conn, [baseline_run_id, new_run_id], source_path(source))
         rows: list[list[dict[str, Any]]] = []
         for run_id in (baseline_run_id, new_run_id):
@@ -427,7 +427,7 @@ def _run_status(conn: Any, run_id: str, rows: list[dict[str, Any]]) -> RunStatus
 def stored_run_status(source: ResultsSource, run_id: str) -> RunStatus:
     """A stored run's status and its selected tasks without a final result, for `compare_runs`
     when the two runs are in different files. Raises `UnknownRunError` for an unknown run."""
-    with results_connection(source) as conn:
+    with results_connection(source, [run_id]) as conn:
         require_runs(conn, [run_id], source_path(source))
         cursor = conn.execute(_FINAL_ATTEMPTS_SQL, [run_id])
         names = [d[0] for d in cursor.description]

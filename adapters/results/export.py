@@ -76,7 +76,7 @@ def export_run_parquet(
             f"{directory}: {', '.join(t.name for t in existing)} already exist(s); "
             "pass overwrite=True to replace them"
         )
-    with results_connection(source) as conn:
+    with results_connection(source, [run_id], with_steps=True) as conn:
         # Checked before creating anything, so a typo leaves no empty directory behind.
         require_runs(conn, [run_id], source_path(source))
         try:

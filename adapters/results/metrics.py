@@ -44,6 +44,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import duckdb
 from pydantic import BaseModel, ValidationError
 
 from adapters.benchmark import BenchmarkAction, OutcomeKind
@@ -206,13 +207,21 @@ class RunMetrics(BaseModel):
 # --- database access ---------------------------------------------------------------------------
 
 
-def query_store(store: ResultStore, sql: str, params: Sequence[Any]) -> list[dict[str, Any]]:
-    """Rows of a read-only query on the store's DuckDB file, as dicts; JSON columns are decoded."""
-    with results_connection(store) as conn:
-        cursor = conn.execute(sql, list(params))
-        names = [d[0] for d in cursor.description]
-        json_columns = [d[0] for d in cursor.description if str(d[1]) == "JSON"]
-        rows = [dict(zip(names, values)) for values in cursor.fetchall()]
+def query_store(
+    store: ResultStore, sql: str, params: Sequence[Any], run_ids: Sequence[str] = (), *, with_steps: bool = False
+) -> list[dict[str, Any]]:
+    """Rows of a read-only query on the store, as dicts; JSON columns are decoded. `run_ids`
+    and `with_steps` name what the query reads (see `results_connection`)."""
+    with results_connection(store, run_ids, with_steps=with_steps) as conn:
+        return _rows(conn, sql, params)
+
+
+def _rows(conn: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any]) -> list[dict[str, Any]]:
+    """Rows of one query on an open reading connection, as dicts; JSON columns are decoded."""
+    cursor = conn.execute(sql, list(params))
+    names = [d[0] for d in cursor.description]
+    json_columns = [d[0] for d in cursor.description if str(d[1]) == "JSON"]
+    rows = [dict(zip(names, values)) for values in cursor.fetchall()]
     for row in rows:
         for name in json_columns:
             if isinstance(row[name], str):
@@ -221,12 +230,17 @@ def query_store(store: ResultStore, sql: str, params: Sequence[Any]) -> list[dic
 
 
 def run_row(store: ResultStore, run_id: str) -> dict[str, Any]:
-    """The run's `runs` row (all columns); StoreError naming the run and the file when unknown."""
-    rows = query_store(store, "SELECT * FROM runs WHERE run_id = ?", [run_id])
+    """The run's `runs` row (all columns); StoreError naming the run and the store when unknown."""
+    with results_connection(store) as conn:
+        return _run_row(conn, store.location, run_id)
+
+
+def _run_row(conn: duckdb.DuckDBPyConnection, where: str, run_id: str) -> dict[str, Any]:
+    rows = _rows(conn, "SELECT * FROM runs WHERE run_id = ?", [run_id])
     if not rows:
-        known = [r["run_id"] for r in query_store(store, "SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 5", [])]
+        known = [r["run_id"] for r in _rows(conn, "SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 5", [])]
         hint = f"; recent runs: {', '.join(known)}" if known else "; the file has no runs"
-        raise UnknownRunError(f"{store.path}: unknown run {run_id!r}{hint}")
+        raise UnknownRunError(f"{where}: unknown run {run_id!r}{hint}")
     return rows[0]
 
 
@@ -379,14 +393,14 @@ def agent_step(row: Mapping[str, Any]) -> AgentStep:
 
 
 def _reference_scores(
-    store: ResultStore, run_id: str, tasks: list[dict[str, Any]], references: References
+    conn: duckdb.DuckDBPyConnection, run_id: str, tasks: list[dict[str, Any]], references: References
 ) -> dict[str, ReferenceScore]:
     """Scores of the final attempts that have a reference and had a fair go (see module doc)."""
     scored = {
         t["task_id"] for t in tasks if t["task_id"] in references and is_sound(t["outcome"])
     }
     steps: dict[str, list[AgentStep]] = {task_id: [] for task_id in scored}
-    for row in query_store(store, _FINAL_STEPS_SQL, [run_id]):
+    for row in _rows(conn, _FINAL_STEPS_SQL, [run_id]):
         if row["task_id"] in steps:
             steps[row["task_id"]].append(agent_step(row))
     return {task_id: score_against_reference(references[task_id], steps[task_id]) for task_id in sorted(scored)}
@@ -423,14 +437,15 @@ def compute_run_metrics(store: ResultStore, run_id: str, references: References 
     run, or one whose tasks all ended in infrastructure errors, gives rates of None (0 out of 0)
     where the denominator is empty.
     """
-    provenance = run_row(store, run_id)
-    domain_rows = query_store(store, _DOMAIN_SQL, [run_id, run_id])
-    outcomes: dict[str | None, dict[str, int]] = {}
-    for row in query_store(store, _OUTCOME_SQL, [run_id]):
-        key = None if row["is_all"] else row["dom"]
-        outcomes.setdefault(key, {})[row["outcome"]] = int(row["n"])
-    task_rows = query_store(store, _TASK_SQL, [run_id, run_id])
-    scores = _reference_scores(store, run_id, task_rows, references) if references is not None else {}
+    with results_connection(store, [run_id], with_steps=references is not None) as conn:
+        provenance = _run_row(conn, store.location, run_id)
+        domain_rows = _rows(conn, _DOMAIN_SQL, [run_id, run_id])
+        outcomes: dict[str | None, dict[str, int]] = {}
+        for row in _rows(conn, _OUTCOME_SQL, [run_id]):
+            key = None if row["is_all"] else row["dom"]
+            outcomes.setdefault(key, {})[row["outcome"]] = int(row["n"])
+        task_rows = _rows(conn, _TASK_SQL, [run_id, run_id])
+        scores = _reference_scores(conn, run_id, task_rows, references) if references is not None else {}
 
     tasks = [_task_metrics(row, scores.get(row["task_id"])) for row in task_rows]
     per_domain: list[DomainMetrics] = []

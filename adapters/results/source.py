@@ -1,4 +1,5 @@
-"""Where a report, comparison or export reads results from: an open store or a DuckDB file.
+"""Where a report, comparison or export reads results from: an open store, a DuckDB file or a
+PostgreSQL URL (the team store).
 
 One way to open a results database for reading, and one check that the runs asked for exist,
 shared by metrics, comparison, export and the CLI.
@@ -14,6 +15,7 @@ from pathlib import Path
 import duckdb
 
 from adapters.store import connections
+from adapters.store.postgres import is_server_location, redact
 from adapters.store.duckdb_store import ResultStore, StoreError
 
 
@@ -22,7 +24,7 @@ class UnknownRunError(StoreError):
 
 
 ResultsSource = ResultStore | str | Path
-"""Where results are: an open `ResultStore`, or the path of its DuckDB file."""
+"""Where results are: an open `ResultStore`, the path of its DuckDB file, or a PostgreSQL URL."""
 
 
 READ_WAIT_SECONDS = 60.0
@@ -30,19 +32,27 @@ READ_WAIT_SECONDS = 60.0
 
 
 @contextlib.contextmanager
-def results_connection(source: ResultsSource) -> Iterator[duckdb.DuckDBPyConnection]:
+def results_connection(
+    source: ResultsSource, run_ids: Iterable[str] = (), *, with_steps: bool = False
+) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-only DuckDB connection to the results in `source`, closed on exit.
 
     A path must be an existing file (a missing or mistyped one is an error, never a new empty
     database). The connection waits its turn while another process (a run) is writing, and
     sees everything committed so far by any process; holding it briefly keeps writers moving.
+    For a PostgreSQL store the connection holds every `runs` row and the results of `run_ids`,
+    and their steps when `with_steps` (`ResultStore.reading`): pass what the queries read.
     """
     if isinstance(source, ResultStore):
-        with source.reading() as conn:
+        with source.reading(run_ids, with_steps=with_steps) as conn:
             yield conn
         return
     if not isinstance(source, (str, Path)):
-        raise TypeError(f"source must be a ResultStore or a DuckDB file path, got {type(source).__name__}")
+        raise TypeError(f"source must be a ResultStore, a DuckDB file path or a PostgreSQL URL, got {type(source).__name__}")
+    if is_server_location(source):
+        with ResultStore(str(source), read_only=True) as store, store.reading(run_ids, with_steps=with_steps) as conn:
+            yield conn
+        return
     path = Path(source).expanduser().resolve()
     if not path.is_file():
         raise StoreError(f"{path}: results database not found")
@@ -71,9 +81,14 @@ def require_runs(conn: duckdb.DuckDBPyConnection, run_ids: Iterable[str], where:
         raise UnknownRunError(f"{where}: unknown run{'s' if len(missing) > 1 else ''} {names}")
 
 
-def source_path(source: ResultsSource) -> Path:
-    """The absolute path of the DuckDB file behind `source` (for messages)."""
-    return source.path if isinstance(source, ResultStore) else Path(source).expanduser().resolve()
+def source_path(source: ResultsSource) -> Path | str:
+    """Where `source`'s results are, for messages: the DuckDB file's absolute path or the
+    PostgreSQL URL without its password."""
+    if isinstance(source, ResultStore):
+        return source.location
+    if is_server_location(source):
+        return redact(str(source))
+    return Path(source).expanduser().resolve()
 
 
 def latest_completed_run(

@@ -1,9 +1,11 @@
-"""The DuckDB result store: one file holds every run, task result and step.
+"""The result store: one DuckDB file (or one PostgreSQL database, the team store) holds every
+run, task result and step.
 
-Query it with any DuckDB client, e.g. ``duckdb results.duckdb``. All TIMESTAMP columns are UTC
-(naive timestamps); all durations are in seconds.
+Query a file with any DuckDB client, e.g. ``duckdb -readonly results.duckdb``, and a PostgreSQL
+store with psql: the tables and views are the same (in PostgreSQL, DOUBLE is DOUBLE PRECISION).
+All TIMESTAMP columns are UTC (naive timestamps); all durations are in seconds.
 
-Schema (version 3)
+Schema (version 5)
 ------------------
 
 Version 2 added model usage: ``runs.model_endpoint``, and ``model_calls``, ``input_tokens``,
@@ -105,7 +107,7 @@ import hashlib
 import json
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -114,7 +116,9 @@ import duckdb
 from pydantic import BaseModel, Field
 
 from adapters.benchmark import BenchmarkResult, ModelUsage, OutcomeKind
-from adapters.store import connections
+import adapters.store.connections as connections
+import adapters.store.postgres as postgres
+from adapters.store.errors import SchemaVersionError, StoreError
 
 SCHEMA_VERSION = 5
 
@@ -271,14 +275,6 @@ def _usage_values(usage: ModelUsage | None) -> list[Any]:
     return [usage.calls, usage.input_tokens, usage.output_tokens, usage.cost_usd]
 
 
-class StoreError(RuntimeError):
-    """The store cannot do what was asked; the message names the file, run or task."""
-
-
-class SchemaVersionError(StoreError):
-    """The DuckDB file was written by a newer schema than this code understands."""
-
-
 # --- secrets ---------------------------------------------------------------------------------
 
 # Whole words of a key that mark it as a secret. "token" only as the key's last word, so
@@ -390,45 +386,73 @@ def selection_change(run_id: str, stored: list[str] | None, selected: list[str])
 
 
 class ResultStore:
-    """Runs, task results and steps in one DuckDB file; safe to share between threads and
-    between processes.
+    """Runs, task results and steps in one DuckDB file or one PostgreSQL database; safe to share
+    between threads and between processes.
 
-    No connection is kept: each call opens the file, does its work and closes it, waiting its
-    turn when another process (another run, a report) has it open (adapters/store/connections.py).
-    So any number of runs can write one file while reports read it. Calls of one store are
-    serialised by a lock.
+    A DuckDB file is never held open: each call opens it, does its work and closes it, waiting
+    its turn when another process (another run, a report) has it open
+    (adapters/store/connections.py). So any number of runs on one machine can write one file
+    while reports read it. A PostgreSQL store (a ``postgresql://`` location, the team store:
+    adapters/store/postgres.py) keeps one server connection and lets PostgreSQL order the
+    writers of every controller and shard host. Calls of one store are serialised by a lock.
     """
 
-    def __init__(self, path: Path | str, *, read_only: bool = False, wait_seconds: float | None = None) -> None:
-        """Open (or create) the DuckDB file at `path` and make sure the schema exists.
+    def __init__(
+        self, location: Path | str, *, read_only: bool = False, wait_seconds: float | None = None
+    ) -> None:
+        """Open (or create) the store at `location` and make sure the schema exists.
 
-        `read_only=True` is for readers (reports, comparisons): the file must exist, nothing is
-        written (a file of an older schema is upgraded first, which needs it writable), and a
-        read-only copy of a database works. `wait_seconds` bounds how long a call waits for
-        another process's lock (None: as long as it takes). Raises `SchemaVersionError` if the
-        file has a newer schema version, `StoreError` if the file cannot be opened as a DuckDB
-        database.
+        `location` is a DuckDB file's path or a PostgreSQL URL (``postgresql://user@host/db``;
+        the password may come from the URL, PGPASSWORD or ~/.pgpass, and never appears in
+        messages). `read_only=True` is for readers (reports, comparisons): the store must exist,
+        nothing is written (a store of an older schema is upgraded first, which needs write
+        access), and a read-only copy of a database works. `wait_seconds` bounds how long a call
+        waits for another process's lock on a DuckDB file (None: as long as it takes). Raises
+        `SchemaVersionError` if the store has a newer schema version, `StoreError` if it cannot
+        be opened or reached.
         """
-        self._path = Path(path).expanduser().resolve()
+        self._server_url: str | None = location if postgres.is_server_location(location) else None
+        self._path: Path | None = None if self._server_url else Path(location).expanduser().resolve()
+        self._where = postgres.redact(self._server_url) if self._server_url else str(self._path)
         self._read_only = read_only
         self._wait_seconds = wait_seconds
         self._lock = threading.RLock()
         self._closed = False
-        if self._path.is_dir():
-            raise StoreError(f"{self._path}: is a directory, not a DuckDB file")
-        if read_only:
-            if not self._path.is_file():
-                raise StoreError(f"{self._path}: results database not found")
+        self._server: postgres.PgConnection | None = None
+        if self._path is not None:
+            if self._path.is_dir():
+                raise StoreError(f"{self._where}: is a directory, not a DuckDB file")
+            if read_only and not self._path.is_file():
+                raise StoreError(f"{self._where}: results database not found")
+        found: int | None = None
+        if self._path is None or self._path.is_file():
             with self._session(write=False) as conn:
-                if _stored_version(conn, self._path) == SCHEMA_VERSION:
-                    return
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+                found = _stored_version(conn, self._where)
+        if found == SCHEMA_VERSION:
+            return
+        if read_only and found is None:
+            raise StoreError(f"{self._where}: not a results database (no schema_version table)")
+        if self._path is not None:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
         with self._session(write=True, upgrade=True) as conn:
             self._ensure_schema(conn)
 
     @property
+    def location(self) -> str:
+        """Where the store is, for messages: the DuckDB file's path or the PostgreSQL URL
+        without its password."""
+        return self._where
+
+    @property
+    def is_server(self) -> bool:
+        """True for a PostgreSQL store, which every host of a team can write at once."""
+        return self._server_url is not None
+
+    @property
     def path(self) -> Path:
-        """The DuckDB file (absolute)."""
+        """The DuckDB file (absolute); `StoreError` for a PostgreSQL store, which has none."""
+        if self._path is None:
+            raise StoreError(f"{self._where}: a PostgreSQL store has no file path")
         return self._path
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -437,6 +461,9 @@ class ResultStore:
         """End the store's use; further calls raise `StoreError`. Idempotent."""
         with self._lock:
             self._closed = True
+            if self._server is not None:
+                self._server.close()
+                self._server = None
 
     def __enter__(self) -> ResultStore:
         return self
@@ -450,42 +477,84 @@ class ResultStore:
         self.close()
 
     @contextlib.contextmanager
-    def _session(self, *, write: bool, upgrade: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A connection for one operation, holding the store's lock; closed on exit."""
-        with self._lock, contextlib.ExitStack() as stack:
+    def _session(self, *, write: bool, upgrade: bool = False) -> Iterator[Any]:
+        """A connection for one operation, holding the store's lock. A DuckDB connection is
+        closed on exit; the PostgreSQL connection is kept (and replaced once it breaks)."""
+        with self._lock:
             if self._closed:
-                raise StoreError(f"{self._path}: the store is closed")
+                raise StoreError(f"{self._where}: the store is closed")
             if write and self._read_only and not upgrade:
-                raise StoreError(f"{self._path}: opened read-only; cannot write")
-            try:
-                conn = stack.enter_context(
-                    connections.connect(self._path, read_only=not write, wait_seconds=self._wait_seconds)
-                )
-            except connections.StoreBusyError as exc:
-                raise StoreError(str(exc)) from exc
-            except duckdb.Error as exc:
-                raise StoreError(f"{self._path}: cannot open as a DuckDB database: {exc}") from exc
-            yield conn
+                raise StoreError(f"{self._where}: opened read-only; cannot write")
+            if self._server_url is not None:
+                yield from self._server_session()
+                return
+            with contextlib.ExitStack() as stack:
+                try:
+                    conn = stack.enter_context(
+                        connections.connect(self.path, read_only=not write, wait_seconds=self._wait_seconds)
+                    )
+                except connections.StoreBusyError as exc:
+                    raise StoreError(str(exc)) from exc
+                except duckdb.Error as exc:
+                    raise StoreError(f"{self._where}: cannot open as a DuckDB database: {exc}") from exc
+                yield conn
+
+    def _server_session(self) -> Iterator[postgres.PgConnection]:
+        """The PostgreSQL connection (opened on first use, or again after it broke); a failed
+        statement is a `StoreError` naming the store."""
+        assert self._server_url is not None
+        if self._server is None or self._server.broken:
+            self._server = postgres.connect(self._server_url)
+        try:
+            yield self._server
+        except Exception as exc:
+            if not postgres.is_engine_error(exc):
+                raise
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise StoreError(f"{self._where}: {reason}") from exc
 
     @contextlib.contextmanager
-    def reading(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A read-only connection to the store's file for queries (reports, comparisons), closed
-        on exit. It sees everything committed so far, by any process."""
-        with self._session(write=False) as conn:
+    def reading(
+        self, run_ids: Iterable[str] = (), *, with_steps: bool = False
+    ) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-only DuckDB connection for queries (reports, comparisons), closed on exit.
+
+        On a DuckDB file it sees everything committed so far, by any process. On a PostgreSQL
+        store it is an in-memory copy holding every `runs` row and the task results of
+        `run_ids` only (name the runs the query is about), and their steps when `with_steps`.
+        """
+        if self._server_url is None:
+            with self._session(write=False) as conn:
+                yield conn
+            return
+        with self._session(write=False) as server:
+            local = postgres.snapshot(server, _DDL, run_ids, with_steps=with_steps)
+        try:
+            yield local
+        finally:
+            local.close()
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Any]:
+        """The store's own write connection, for bulk loads (adapters/store/migrate.py); holds
+        the store's lock until exit."""
+        with self._session(write=True) as conn:
             yield conn
 
-    def _ensure_schema(self, conn: duckdb.DuckDBPyConnection) -> None:
-        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        # Checked before touching anything else, so a newer file is never modified.
-        found = _stored_version(conn, self._path)
+    def _ensure_schema(self, conn: Any) -> None:
         conn.execute("BEGIN TRANSACTION")
         try:
+            if self._server_url is not None:
+                conn.lock_schema()  # two controllers starting at once create the tables once
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            # Checked before touching anything else, so a newer store is never modified.
+            found = _stored_version(conn, self._where)
             version = found
             while version is not None and version < SCHEMA_VERSION:
                 for statement in MIGRATIONS[version]:
-                    conn.execute(statement)
+                    conn.execute(self._dialect(statement))
                 version += 1
-            for statement in _DDL:
+            for statement in self._ddl():
                 conn.execute(statement)
             if found is None:
                 conn.execute("INSERT INTO schema_version VALUES (?)", [SCHEMA_VERSION])
@@ -493,8 +562,19 @@ class ResultStore:
                 conn.execute("UPDATE schema_version SET version = ?", [SCHEMA_VERSION])
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
             raise
+
+    def _dialect(self, statement: str) -> str:
+        """A DuckDB DDL statement as this store's engine spells it."""
+        return statement if self._server_url is None else postgres.ddl(statement)
+
+    def _ddl(self) -> list[str]:
+        """The tables and views, in this store's engine's SQL."""
+        if self._server_url is None:
+            return list(_DDL)
+        return [postgres.ddl(s) for s in _DDL if "VIEW" not in s] + [postgres.VIEW_DDL]
 
     def schema_version(self) -> int:
         """The schema version recorded in the file."""
@@ -526,7 +606,7 @@ class ResultStore:
             if existing is not None:
                 if not resume:
                     raise StoreError(
-                        f"{self._path}: run {run.run_id!r} already exists; pass resume=True to continue it"
+                        f"{self._where}: run {run.run_id!r} already exists; pass resume=True to continue it"
                     )
                 wanted = (run.agent, run.model_id, run.suite, run.suite_hash, config_hash)
                 names = ("agent", "model_id", "suite", "suite_hash", "agent_config_hash")
@@ -538,14 +618,14 @@ class ResultStore:
                 ]
                 if changed:
                     raise StoreError(
-                        f"{self._path}: cannot resume run {run.run_id!r} with a different "
+                        f"{self._where}: cannot resume run {run.run_id!r} with a different "
                         f"configuration ({'; '.join(changed)})"
                     )
-                stored = None if existing[5] is None else json.loads(existing[5])
+                stored = _json_value(existing[5])
                 if not change_selection and run.selected_task_ids is not None:
                     problem = selection_change(run.run_id, stored, run.selected_task_ids)
                     if problem:
-                        raise StoreError(f"{self._path}: {problem}")
+                        raise StoreError(f"{self._where}: {problem}")
                 conn.execute(
                     "UPDATE runs SET status = ?, finished_at = NULL, prefect_flow_run_id = "
                     "coalesce(?, prefect_flow_run_id) WHERE run_id = ?",
@@ -597,25 +677,28 @@ class ResultStore:
     def resolve_path(self, stored: str) -> Path:
         """The absolute file a stored path (e.g. ``steps.screenshot_path``) names.
 
-        Paths under the database's folder are stored relative to it, so a copied or moved
-        results folder keeps its screenshots.
+        Paths under a DuckDB file's folder are stored relative to it, so a copied or moved
+        results folder keeps its screenshots. A PostgreSQL store keeps absolute paths (each
+        host's own; a shared artifacts directory mounted at the same path serves every host).
         """
         path = Path(stored)
-        return path if path.is_absolute() else self._path.parent / path
+        return path if path.is_absolute() or self._path is None else self._path.parent / path
 
     def _stored_path(self, path: str | None) -> str | None:
-        """`path` relative to the database's folder when it lies under it, else absolute."""
+        """`path` relative to the DuckDB file's folder when it lies under it, else absolute."""
         if path is None:
             return None
         absolute = Path(path).expanduser().resolve()
+        if self._path is None:
+            return str(absolute)
         try:
             return absolute.relative_to(self._path.parent).as_posix()
         except ValueError:
             return str(absolute)
 
-    def _require_run(self, conn: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    def _require_run(self, conn: Any, run_id: str) -> None:
         if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone() is None:
-            raise StoreError(f"{self._path}: unknown run {run_id!r}; call start_run first")
+            raise StoreError(f"{self._where}: unknown run {run_id!r}; call start_run first")
 
     # --- results ----------------------------------------------------------------------------
 
@@ -628,7 +711,7 @@ class ResultStore:
         indexes = [step.index for step in result.steps]
         if len(set(indexes)) != len(indexes):
             raise StoreError(
-                f"{self._path}: result of task {result.task_id!r} (run {run_id!r}, attempt "
+                f"{self._where}: result of task {result.task_id!r} (run {run_id!r}, attempt "
                 f"{result.attempt}) has duplicate step indexes {sorted(indexes)}"
             )
         timings = dict(result.timings)
@@ -768,23 +851,26 @@ class ResultStore:
         }
 
 
-def _stored_version(conn: duckdb.DuckDBPyConnection, path: Path) -> int | None:
-    """The file's schema version (None for a new file); `SchemaVersionError` if it is newer
-    than this code knows."""
-    try:
-        row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
-    except duckdb.CatalogException:
+def _stored_version(conn: Any, where: str) -> int | None:
+    """The store's schema version (None for a new store); `SchemaVersionError` if it is newer
+    than this code knows. The same SQL serves DuckDB and PostgreSQL."""
+    exists = conn.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version' "
+        "AND table_schema = current_schema()"
+    ).fetchone()
+    if not exists[0]:
         return None
+    row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
     found = None if row is None or row[0] is None else int(row[0])
     if found is not None and found > SCHEMA_VERSION:
         raise SchemaVersionError(
-            f"{path}: schema version {found} is newer than this code supports "
-            f"(version {SCHEMA_VERSION}); upgrade the package to read this file"
+            f"{where}: schema version {found} is newer than this code supports "
+            f"(version {SCHEMA_VERSION}); upgrade the package to read this store"
         )
     return found
 
 
-def _query(conn: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[dict[str, Any]]:
+def _query(conn: Any, sql: str, params: list[Any]) -> list[dict[str, Any]]:
     """Rows as dicts; JSON columns are decoded."""
     cursor = conn.execute(sql, params)
     names = [d[0] for d in cursor.description]
@@ -792,10 +878,14 @@ def _query(conn: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list
     for values in cursor.fetchall():
         row = dict(zip(names, values))
         for name in _JSON_COLUMNS.intersection(row):
-            if isinstance(row[name], str):
-                row[name] = json.loads(row[name])
+            row[name] = _json_value(row[name])
         rows.append(row)
     return rows
+
+
+def _json_value(value: Any) -> Any:
+    """A JSON column's value decoded: DuckDB returns the text, psycopg the decoded value."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _timing(timings: Mapping[str, float], stage: str) -> float | None:

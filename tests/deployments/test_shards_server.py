@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +32,7 @@ import pytest
 import requests
 
 from server_helpers import PREFECT_BIN, PROJECT, free_port, stop, tail, wait_for
+from pg_server import PASSWORD as PG_PASSWORD
 
 POOL = "waa-shards"
 WORKERS = ("host-a", "host-b")
@@ -173,6 +175,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
                             "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(shared / "prefect-results"),
                             # This host's own shard DuckDB files (never shared).
                             "ARENA_SHARD_DB_DIR": str(host / "shard-db"),
+                            # The team store's password (libpq's variable), for runs that use it.
+                            "PGPASSWORD": PG_PASSWORD,
                         },
                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                     )
@@ -290,7 +294,8 @@ def test_two_shards_on_two_workers_complete_the_run(cluster: dict[str, Any]) -> 
     assert sorted(t for o in outcomes for t in o["task_ids"]) == sorted(TASKS)
     # Each shard wrote its own DuckDB file on its own "host", holding exactly its tasks.
     for o in outcomes:
-        local = Path(o["db_path"])
+        assert o["in_team_store"] is False
+        local = Path(o["store"])
         assert local.parent == cluster["tmp"] / o["worker"]["worker_name"] / "shard-db" and local.exists()
         assert sorted(t for (t,) in _rows(local, "SELECT task_id FROM task_results")) == sorted(o["task_ids"])
     # The controller's progress side file saw every final result.
@@ -404,3 +409,45 @@ def test_a_missing_shard_deployment_fails_the_run_naming_it(cluster: dict[str, A
         _run_controller(cluster, config)
     assert _rows(config.db_path, "SELECT status FROM runs WHERE run_id = ?", [run_id]) == [("failed",)]
     assert _shard_runs(cluster, run_id) == []
+
+
+def test_two_controllers_with_shards_write_one_team_store(
+    cluster: dict[str, Any], postgres_url: str, tmp_path: Path
+) -> None:
+    """The team store: two `arena run --shards 2` controllers at once, their four shards on the
+    two workers, all writing one PostgreSQL store; every task has exactly one final result per
+    run, written by the shard itself (no shard file on any host, nothing copied back)."""
+    import psycopg
+
+    bare = postgres_url.replace(f":{PG_PASSWORD}@", "@")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and not k.startswith("ARENA_")}
+    env.update(PREFECT_API_URL=cluster["api_url"], ARENA_STORE_URL=bare, PGPASSWORD=PG_PASSWORD,
+               PYTHONPATH=str(PROJECT), PREFECT_LOGGING_TO_API_ENABLED="false")
+    run_ids = ["team-shards-a", "team-shards-b"]
+    controllers = []
+    for run_id in run_ids:
+        home = tmp_path / run_id
+        home.mkdir()
+        args = ["run", "--run-id", run_id, "--shards", "2", "--pool-size", "1",
+                "--artifacts", str(cluster["shared"] / "artifacts"), *[a for t in TASKS[:4] for a in ("--task", t)]]
+        controllers.append(subprocess.Popen(
+            [sys.executable, "-m", "flows.cli", *args], cwd=home, env={**env, "PREFECT_HOME": str(home / "prefect")},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        ))
+    outputs = [c.communicate(timeout=600) for c in controllers]
+    for controller, (out, err) in zip(controllers, outputs):
+        assert controller.returncode == 0, f"{out[-2000:]}\n{err[-3000:]}\n{_logs(cluster)}"
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        runs = conn.execute("SELECT run_id, status, task_count FROM runs ORDER BY run_id").fetchall()
+        finals = conn.execute(
+            "SELECT run_id, task_id, count(*), max(attempt), bool_and(success) FROM task_results "
+            "GROUP BY run_id, task_id ORDER BY run_id, task_id"
+        ).fetchall()
+    assert runs == [(r, "completed", 4) for r in run_ids]
+    assert finals == [(r, t, 1, 1, True) for r in run_ids for t in sorted(TASKS[:4])]
+    # Each run's two shards ran on the workers and wrote the store themselves.
+    for run_id in run_ids:
+        outcomes = [r.state.result() for r in _shard_runs(cluster, run_id)]
+        assert len(outcomes) == 2 and all(o["in_team_store"] and o["store"] == bare for o in outcomes), outcomes
+    assert not [p for p in cluster["tmp"].rglob("team-shards-*.duckdb")]

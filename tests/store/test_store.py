@@ -1,4 +1,5 @@
-"""Tests of the DuckDB result store, each on a fresh DuckDB file in tmp_path."""
+"""Tests of the result store, each on a fresh DuckDB file in tmp_path; those that take the
+`location` fixture run on a fresh PostgreSQL database too (the team store)."""
 
 from __future__ import annotations
 
@@ -36,9 +37,17 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "results.duckdb"
 
 
+@pytest.fixture(params=["duckdb", "postgres"])
+def location(request: pytest.FixtureRequest, db_path: Path) -> str:
+    """Where a test's store is: a DuckDB file, or a PostgreSQL database (the same behaviour)."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return str(db_path)
+
+
 @pytest.fixture()
-def store(db_path: Path) -> Iterator[ResultStore]:
-    with ResultStore(db_path) as s:
+def store(location: str) -> Iterator[ResultStore]:
+    with ResultStore(location) as s:
         s.start_run(_run())
         yield s
 
@@ -107,8 +116,8 @@ def _result(
 # --- round trip ----------------------------------------------------------------------------------
 
 
-def test_round_trip(db_path: Path) -> None:
-    with ResultStore(db_path) as store:
+def test_round_trip(location: str) -> None:
+    with ResultStore(location) as store:
         assert store.schema_version() == SCHEMA_VERSION
         store.start_run(_run())
         result = _result(
@@ -122,7 +131,7 @@ def test_round_trip(db_path: Path) -> None:
         store.record_result(RUN, result)
 
     # Reopen: everything persisted.
-    with ResultStore(db_path) as store:
+    with ResultStore(location) as store:
         (row,) = store.results(RUN)
         assert row["task_id"] == "t1" and row["domain"] == "notepad" and row["attempt"] == 1
         assert row["outcome"] == "success" and row["success"] is True and row["score"] == 1.0
@@ -152,9 +161,10 @@ def test_round_trip(db_path: Path) -> None:
         assert store.get_run("other") is None
 
 
-def test_tables_are_queryable_with_plain_sql(store: ResultStore, db_path: Path) -> None:
-    store.record_result(RUN, _result("t1", steps=2))
-    store.close()
+def test_tables_are_queryable_with_plain_sql(db_path: Path) -> None:
+    with ResultStore(db_path) as store:
+        store.start_run(_run())
+        store.record_result(RUN, _result("t1", steps=2))
     conn = duckdb.connect(str(db_path), read_only=True)
     try:
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
@@ -189,8 +199,8 @@ def test_duplicate_run_and_resume(store: ResultStore) -> None:
     assert run.prefect_flow_run_id == "flow-run-2"
 
 
-def test_closed_store(db_path: Path) -> None:
-    store = ResultStore(db_path)
+def test_closed_store(location: str) -> None:
+    store = ResultStore(location)
     store.close()
     store.close()  # idempotent
     with pytest.raises(StoreError, match="the store is closed"):
@@ -228,7 +238,7 @@ def test_concurrent_record_result_from_8_threads(store: ResultStore) -> None:
     metrics = compute_run_metrics(store, RUN)
     assert metrics.overall.tasks == 200 and metrics.overall.success.successes == 8 * 12
     assert len(metrics.per_domain) == 8
-    with store.reading() as conn:
+    with store.reading([RUN], with_steps=True) as conn:
         count = conn.execute("SELECT count(*) FROM steps").fetchone()
     assert count == (8 * per_thread * 3,)
 
@@ -549,8 +559,8 @@ def test_screenshot_paths_are_stored_relative_to_the_database(tmp_path: Path) ->
         assert [(r["click_x"], r["click_y"]) for r in rows] == [(20.0, 30.0), (None, None), (None, None)]
 
 
-def test_expected_seconds_prefers_the_same_agent_and_skips_infrastructure_errors(db_path: Path) -> None:
-    with ResultStore(db_path) as store:
+def test_expected_seconds_prefers_the_same_agent_and_skips_infrastructure_errors(location: str) -> None:
+    with ResultStore(location) as store:
         store.start_run(_run("a"))
         store.start_run(_run("b", agent="random"))
         timed = lambda task, seconds, outcome=OutcomeKind.SUCCESS: _result(task, outcome).model_copy(  # noqa: E731

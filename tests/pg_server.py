@@ -1,0 +1,80 @@
+"""A real PostgreSQL server on 127.0.0.1 for the team-store tests (Debian's `postgresql` binaries).
+
+The server gets a throwaway data directory, password authentication (scram-sha-256, so a wrong
+password is really refused) and its own port; it is stopped and deleted at the end. PostgreSQL
+refuses to run as root, so under root it runs as the `postgres` system user. Tests skip cleanly
+when no PostgreSQL binaries are installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+USER = "arena"
+PASSWORD = "arena-test-password"
+
+
+def postgres_bindir() -> Path | None:
+    """The directory of initdb/pg_ctl, or None when PostgreSQL is not installed."""
+    on_path = shutil.which("pg_ctl")
+    if on_path:
+        return Path(on_path).resolve().parent
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    return Path(found[-1]).parent if found else None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _as_server_user(cmd: list[str]) -> list[str]:
+    if os.geteuid() != 0:
+        return cmd
+    return ["runuser", "-u", "postgres", "--", *cmd]
+
+
+@contextlib.contextmanager
+def running_postgres() -> Iterator[str]:
+    """Start a PostgreSQL server and yield the URL of its `arena` database (user arena)."""
+    bindir = postgres_bindir()
+    if bindir is None:
+        raise FileNotFoundError("PostgreSQL is not installed (no pg_ctl); install the postgresql package")
+    root = Path(tempfile.mkdtemp(prefix="arena-test-pg-"))
+    data, pwfile = root / "data", root / "pw"
+    pwfile.write_text(PASSWORD + "\n")
+    if os.geteuid() == 0:
+        account = pwd.getpwnam("postgres")
+        os.chown(root, account.pw_uid, account.pw_gid)
+        os.chown(pwfile, account.pw_uid, account.pw_gid)
+    port = _free_port()
+    try:
+        subprocess.run(
+            _as_server_user([str(bindir / "initdb"), "-D", str(data), "-U", USER, f"--pwfile={pwfile}",
+                             "--auth=scram-sha-256", "--encoding=UTF8", "--locale=C"]),
+            check=True, capture_output=True, text=True,
+        )
+        subprocess.run(
+            _as_server_user([str(bindir / "pg_ctl"), "-D", str(data), "-w", "-t", "60", "-l", str(root / "log"),
+                             "-o", f"-p {port} -h 127.0.0.1 -k {root} -c max_connections=200 -c fsync=off", "start"]),
+            check=True, capture_output=True, text=True,
+        )
+        subprocess.run(
+            _as_server_user([str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", USER, "arena"]),
+            check=True, capture_output=True, text=True, env={**os.environ, "PGPASSWORD": PASSWORD},
+        )
+        yield f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{port}/arena"
+    finally:
+        subprocess.run(_as_server_user([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]),
+                       capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
