@@ -126,6 +126,20 @@ class BenchmarkObservation(BaseModel):
     raw_observation: dict[str, Any] = Field(default_factory=dict)
 
 
+class ObservationNeeds(BaseModel):
+    """Which parts of an observation an agent reads; the environment fetches only those.
+
+    The screenshot is always taken: reports show it and settling compares it. The accessibility
+    tree is slow on real VMs (seconds) and the window information (WAA's /obs_winagent) renders a
+    picture of the foreground window, so agents that do not read them should say so.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    accessibility_tree: bool = True
+    window: bool = True  # the foreground window's title and the open windows' names
+
+
 class ActionType(str, enum.Enum):
     """Every action an agent may take."""
 
@@ -391,3 +405,7 @@ class BenchmarkAgent(abc.ABC):
     def last_usage(self) -> ModelUsage | None:
         """What the last `act` call spent, for agents backed by a model; None otherwise."""
         return None
+
+    def observation_needs(self) -> ObservationNeeds:
+        """What this agent reads of an observation (default: everything)."""
+        return ObservationNeeds()

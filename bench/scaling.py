@@ -129,7 +129,7 @@ def run_pool(suite: Path, tmp: Path, index: int, pool: int, latency: float, fres
     config = SuiteRunConfig(
         suite_dir=suite,
         pool_size=pool,
-        settle_seconds=latency,
+        settle=latency,
         db_path=db,
         artifacts_dir=tmp / f"artifacts-{run_id}",
         run_id=run_id,

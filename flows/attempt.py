@@ -223,6 +223,7 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
 
         screenshot_dir = ctx.artifacts_dir / task.task_id / f"attempt-{attempt}"
         agent = ctx.agent_factory()
+        adapter.needs = agent.observation_needs()  # fetch only what this agent reads
         episode = EpisodeOutcome()
         try:
             timed("episode", play_episode, adapter, agent, task, ctx.limits, screenshot_dir, episode)

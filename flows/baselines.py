@@ -78,6 +78,9 @@ class Baseline(BaseModel):
     max_steps: int = Field(default=15, ge=1)
     max_attempts: int = Field(default=3, ge=1)
     episode_timeout_seconds: float = Field(default=1200.0, gt=0)
+    # The wait after each action ("adaptive" or fixed seconds; None: the provider's default). A
+    # baseline pins it so a change of default does not move its numbers.
+    settle: float | Literal["adaptive"] | None = None
     db_path: Path = Path("results/arena.duckdb")
     store_url: str | None = None  # the team store (PostgreSQL URL, no password); None: $ARENA_STORE_URL
     artifacts_dir: Path = Path("results/artifacts")
@@ -213,6 +216,7 @@ def baseline_config(baseline: Baseline, run_id: str | None = None) -> SuiteRunCo
         max_steps=baseline.max_steps,
         episode_timeout_seconds=baseline.episode_timeout_seconds,
         max_attempts=baseline.max_attempts,
+        settle=baseline.settle,
         db_path=baseline.db_path,
         **({"store_url": baseline.store_url} if baseline.store_url else {}),
         artifacts_dir=baseline.artifacts_dir,

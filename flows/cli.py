@@ -80,6 +80,7 @@ def _run(args: argparse.Namespace) -> int:
             "pool_size": args.pool_size,
             "reset_level": args.reset_level,
             "max_steps": args.max_steps,
+            "settle": args.settle,
             "episode_timeout_seconds": args.episode_timeout,
             "max_attempts": args.max_attempts,
             **({"store_url": args.db} if isinstance(args.db, str) else {"db_path": args.db}),
@@ -313,6 +314,19 @@ def _store(value: str) -> Path | str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _settle(value: str) -> float | str:
+    """A --settle value: "adaptive" or a fixed pause in seconds (>= 0)."""
+    if value == "adaptive":
+        return value
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'adaptive' or a number of seconds, got {value!r}") from None
+    if not seconds >= 0:
+        raise argparse.ArgumentTypeError(f"a fixed pause must be >= 0 seconds, got {value!r}")
+    return seconds
+
+
 def write_run_report(
     db: Path | str, run_id: str, html: Path | None = None, demo_library: Path | None = None,
     show: Callable[[str], None] | None = None,
@@ -459,6 +473,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--reset-level",
         choices=[level.value for level in ResetLevel],
         help="how each VM is reset before a task (default snapshot; what a provider offers is checked up front)",
+    )
+    run.add_argument(
+        "--settle", type=_settle, metavar="adaptive|SECONDS",
+        help="wait after each action: until the screen is still (adaptive, the default on real VMs) "
+        "or a fixed pause (WAA's runner: 3)",
     )
     run.add_argument("--max-steps", type=int)
     run.add_argument("--episode-timeout", type=float, help="wall-clock seconds per episode")

@@ -5,6 +5,12 @@ until it ends for a non-infrastructure reason, every attempt recorded as it ends
       run_lane(lane, lanes)            one VM's worth of work: tasks from the shared queue
         attempt_task(task, lanes)      attempts of one task (a Prefect task, "evaluate-task")
 
+The lane and attempt loops themselves are plain Python in flows/scheduling.py (`lane_loop`,
+`attempt_loop`, the `WorkQueue` and `longest_first`); `run_lane` and `attempt_task` are the
+Prefect tasks that run them with Prefect's pieces: each attempt as its own task run, the run
+logger, and the run's background recorder. bench/pool_efficiency.py runs the same loops
+without Prefect.
+
 Concurrency: one lane per VM of the pool, each taking tasks from a shared queue, so at most
 pool-size tasks run at once. The run holds pool-size slots of a strict global concurrency limit
 sized to the pool while its lanes work (visible in the UI; a missing limit fails loudly). The
@@ -14,20 +20,19 @@ back-off, which cost about 2 s per task and left lanes idle for up to 10 s on th
 (measured with prefect 3.8.8).
 
 Retries: only infrastructure errors are retried, on another VM (the pool replaces the failed
-one), up to `max_attempts` attempts per invocation. Attempt numbers continue from the ones
+one in the background, and the retry takes the first VM that is free), up to `max_attempts`
+attempts per invocation. Attempt numbers continue from the ones
 already stored, so a resumed run never overwrites an earlier attempt.
 
 Scheduling: tasks start longest first by the durations earlier runs recorded; lanes that run
-out of work retire a VM the remaining tasks do not need. Shards (flows/shard.py) run this same
+out of work retire the VMs the remaining tasks do not need. Shards (flows/shard.py) run this same
 engine on their own hosts.
 """
 
 from __future__ import annotations
 
 import tempfile
-import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,6 +50,7 @@ from adapters.agents import AgentOptions, build_agent
 from adapters.benchmark import BenchmarkResult, BenchmarkTask, OutcomeKind
 from adapters.episode import EpisodeLimits
 from adapters.store.duckdb_store import ResultStore
+from adapters.store.recorder import ResultRecorder
 from adapters.vms.base import ProviderError, VMHandle, VMProvider
 from adapters.vms.janitor import sweep_run
 from adapters.vms.pool import VMPool
@@ -55,8 +61,8 @@ from flows.bookkeeping import best_effort, pool_slots, warn
 from flows.budget import RunBudget
 from flows.progress import RunProgress
 from flows.run_config import SuiteRunConfig
+from flows.scheduling import AttemptHooks, Schedule, WorkQueue, attempt_loop, lane_loop, longest_first
 from tasks.provision import provision_pool
-from tasks.record import record_result
 
 
 # How long a stopped run waits for its running attempts before tearing the pool down: after
@@ -65,6 +71,9 @@ from tasks.record import record_result
 # the teardown.
 STOP_GRACE_SECONDS = 30.0
 TERMINATION_GRACE_SECONDS = 10.0
+# How long the end of a run waits for results still being stored (the store's own retries
+# included) before it reports them as not stored.
+RECORDER_FLUSH_SECONDS = 60.0
 
 
 @dataclass
@@ -120,63 +129,6 @@ def _delete_limit(name: str) -> None:
             pass  # a retry after the server did delete it
 
 
-class WorkQueue:
-    """The tasks left to start, and how many are running: lanes share one.
-
-    Taking a task and counting it as running happen together, so once the queue is empty the
-    running count only falls; a lane that finds no work can then retire its VM when the tasks
-    still running (and their retries) have enough VMs without it.
-    """
-
-    def __init__(self, tasks: list[BenchmarkTask], first_attempts: dict[str, int] | None = None) -> None:
-        self._todo: deque[BenchmarkTask] = deque(tasks)
-        self._closed = False
-        self._abandoned = False
-        self._running = 0
-        self._lock = threading.Lock()
-        # Lowest attempt number per task when the attempts so far are stored elsewhere (shards).
-        self._first_attempts = dict(first_attempts or {})
-
-    def first_attempt(self, task_id: str) -> int | None:
-        """The lowest attempt number `task_id` may use, if one was given."""
-        return self._first_attempts.get(task_id)
-
-    def take(self) -> BenchmarkTask | None:
-        """The next task to start (now counted as running), or None when none is left."""
-        with self._lock:
-            if not self._todo or self._closed:
-                return None
-            self._running += 1
-            return self._todo.popleft()
-
-    def close(self) -> None:
-        """Start no more tasks (the run is being stopped); running ones carry on."""
-        with self._lock:
-            self._closed = True
-
-    def abandon(self) -> None:
-        """The stop's grace period is over: attempts still running are cut off by the teardown,
-        and what they would report is not their task's outcome, so they record nothing."""
-        with self._lock:
-            self._closed = True
-            self._abandoned = True
-
-    @property
-    def abandoned(self) -> bool:
-        with self._lock:
-            return self._abandoned
-
-    def done(self) -> None:
-        """A task taken with `take` has ended."""
-        with self._lock:
-            self._running -= 1
-
-    @property
-    def running(self) -> int:
-        with self._lock:
-            return self._running
-
-
 # The name each outcome gives the evaluate-task run in the Prefect UI: a person scanning the run
 # list sees at once which tasks failed and why (the state stays Completed: the task ran; a red
 # Failed state is kept for the controller's own trouble).
@@ -207,16 +159,22 @@ def final_result(value: State | BenchmarkResult | None) -> BenchmarkResult | Non
 
 @dataclass(frozen=True)
 class Lanes:
-    """What every lane of one pool shares: the queue, the pool, the store and the limits."""
+    """What every lane of one pool shares: the queue, the pool, the recorder and the limits."""
 
     work: WorkQueue
     pool: VMPool
     attempt: AttemptContext
-    store: ResultStore
-    run_id: str
+    recorder: ResultRecorder
     max_attempts: int
     budget: RunBudget | None = None
     progress: RunProgress | None = None
+
+    @property
+    def schedule(self) -> Schedule:
+        """The part of this the scheduling core (flows/scheduling.py) works with."""
+        return Schedule(
+            work=self.work, pool=self.pool, max_attempts=self.max_attempts, budget=self.budget, progress=self.progress
+        )
 
 
 @task(name="attempt", task_run_name="attempt {attempt} on {vm.vm_id}", cache_policy=NO_CACHE, persist_result=False)
@@ -228,79 +186,42 @@ def attempt_on_vm(task: BenchmarkTask, vm: VMHandle, context: AttemptContext, at
 
 @task(name="evaluate-task", task_run_name="{task.domain}/{task.task_id}", cache_policy=NO_CACHE, persist_result=False)
 def attempt_task(task: BenchmarkTask, lanes: Lanes) -> State | None:
-    """Attempt a task until it ends for a non-infrastructure reason or attempts run out.
+    """Attempt a task until it ends for a non-infrastructure reason or attempts run out
+    (`attempt_loop`), each attempt its own "attempt" task run, its result handed to the run's
+    background recorder (adapters/store/recorder.py).
 
     Every attempt is recorded as it finishes; an infrastructure failure hands the VM back as
     unhealthy (the pool replaces it) and the next attempt runs on another VM. Attempt numbers
     continue after those already stored for the task (a resumed run), and start no lower than the
     queue's first attempt for it (a shard: the earlier attempts are in its controller's file).
     No retry starts once the budget is exhausted; None only if the budget stopped it before the
-    first attempt.
+    first attempt. The state is named by the last attempt's outcome (`outcome_state`).
     """
-    pool, store, run_id, budget, progress = lanes.pool, lanes.store, lanes.run_id, lanes.budget, lanes.progress
-    result: BenchmarkResult | None = None
-    first = max(store.next_attempt(run_id, task.task_id), lanes.work.first_attempt(task.task_id) or 1)
-    for attempt in range(first, first + lanes.max_attempts):
-        if budget is not None and budget.exhausted():
-            break
-        try:
-            lease = pool.lease()
-            vm = lease.__enter__()
-        except ProviderError as exc:
-            # No VM is left (every server retired): the task stays without a final result and
-            # the run ends incomplete. Nothing was started, so nothing is recorded.
-            get_run_logger().warning("task %s not attempted: %s", task.task_id, exc)
-            break
-        leased = time.monotonic()
-        try:
-            result = final_result(attempt_on_vm(task, vm, lanes.attempt, attempt))
-            vm_seconds = time.monotonic() - leased
-            result = result.model_copy(update={"timings": {**result.timings, "vm": vm_seconds}})
-            if lanes.work.abandoned:
-                get_run_logger().warning("task %s: attempt %d abandoned by the stop, not recorded", task.task_id, attempt)
-                return None
-            # Recorded before the VM goes back: replacing a failed VM can take minutes.
-            record_result(store, run_id, result)
-        finally:
-            lease.__exit__(None, None, None)
-        if budget is not None:
-            budget.add(result)
-        if progress is not None:
-            progress.recorded(result)
-        if not result.outcome.is_retryable:
-            break
-    return outcome_state(result)
+    hooks = AttemptHooks(
+        attempt=lambda t, vm, number: _attempt_result(t, vm, lanes.attempt, number),
+        record=lanes.recorder.record,
+        logger=get_run_logger(),
+    )
+    return outcome_state(attempt_loop(task, lanes.schedule, hooks))
+
+
+def _attempt_result(task: BenchmarkTask, vm: VMHandle, context: AttemptContext, attempt: int) -> BenchmarkResult:
+    """One attempt as its own task run (`attempt_on_vm`), unwrapped to its result."""
+    result = final_result(attempt_on_vm(task, vm, context, attempt))
+    if result is None:  # outcome_state gives None only for no result, and run_attempt always has one
+        raise RuntimeError(f"attempt {attempt} of task {task.task_id} on {vm.vm_id} returned no result")
+    return result
 
 
 @task(name="vm-lane", task_run_name="lane-{lane}", cache_policy=NO_CACHE, persist_result=False)
 def run_lane(lane: int, lanes: Lanes) -> list[BenchmarkResult]:
-    """Evaluate tasks from the queue, one at a time, until it is empty or the budget runs out.
+    """Evaluate tasks from the queue, one at a time, until it is empty or the budget runs out
+    (`lane_loop`), each task an "evaluate-task" run (`attempt_task`).
 
-    A lane that runs out of work deletes one idle VM the remaining tasks do not need, so the
+    A lane that runs out of work deletes the idle VMs the remaining tasks do not need, so the
     pool shrinks (and stops costing) while the last tasks finish.
     """
-    work, pool, budget = lanes.work, lanes.pool, lanes.budget
-    results: list[BenchmarkResult] = []
-    while (budget is None or not budget.exhausted()) and not pool.exhausted:
-        next_task = work.take()
-        if next_task is None:
-            break
-        try:
-            result = final_result(attempt_task(next_task, lanes))
-        except Exception as exc:  # noqa: BLE001 - one task's controller trouble must not end the lane
-            # Attempts are recorded inside attempt_task as they end; whatever broke here left
-            # this task without a final result, which the run's completeness counts.
-            get_run_logger().error("task %s: controller error %s: %s", next_task.task_id, type(exc).__name__, exc)
-            result = None
-        finally:
-            work.done()
-        if result is not None:
-            results.append(result)
-    try:
-        pool.retire_spare(still_needed=work.running)
-    except Exception as exc:  # noqa: BLE001 - teardown deletes it later; the lane's results stand
-        get_run_logger().warning("could not retire a spare VM: %s", exc)
-    return results
+    return lane_loop(lanes.schedule, lambda t: final_result(attempt_task(t, lanes)), get_run_logger())
 
 
 def evaluate_on_pool(request: PoolRunRequest, todo: list[BenchmarkTask]) -> list[BenchmarkResult]:
@@ -324,9 +245,7 @@ def evaluate_on_pool(request: PoolRunRequest, todo: list[BenchmarkTask]) -> list
                 limits=EpisodeLimits(max_steps=config.max_steps, wall_clock_seconds=config.episode_timeout_seconds),
                 cache_dir=Path(cache_dir),
                 artifacts_dir=config.artifacts_dir / r.run_id,
-                adapter_settings=LiveAdapterSettings(
-                    settle_seconds=provider.settle_seconds if config.settle_seconds is None else config.settle_seconds
-                ),
+                adapter_settings=LiveAdapterSettings(settle=config.settle_policy(provider.settle)),
                 stage_timeouts=config.stage_timeouts,
             )
             try:
@@ -338,30 +257,47 @@ def evaluate_on_pool(request: PoolRunRequest, todo: list[BenchmarkTask]) -> list
             expected = r.expected_seconds
             if expected is None:
                 expected = r.store.expected_seconds([t.task_id for t in todo], config.agent)
+            # Attempt numbers continue after those stored (a resumed run) and after the ones a
+            # shard's controller holds: read once here, not once per task.
+            first_attempts = r.store.next_attempts(r.run_id)
+            for task_id, number in (r.first_attempts or {}).items():
+                first_attempts[task_id] = max(number, first_attempts.get(task_id, 1))
             lanes = Lanes(
-                work=WorkQueue(longest_first(todo, expected), r.first_attempts),
+                work=WorkQueue(longest_first(todo, expected), first_attempts),
                 pool=pool,
                 attempt=ctx,
-                store=r.store,
-                run_id=r.run_id,
+                recorder=ResultRecorder(r.store, r.run_id),
                 max_attempts=config.max_attempts,
                 budget=r.budget,
                 progress=r.progress,
             )
-            with _pool_concurrency_limit(f"waa-pool-{resources}", pool.size) as limit_name:
-                with pool_slots(limit_name, pool.size):
-                    futures = [run_lane.submit(lane, lanes) for lane in range(pool.size)]
-                    try:
-                        by_id = {result.task_id: result for f in futures for result in f.result()}
-                    except (KeyboardInterrupt, TerminationSignal) as stop:
-                        _stop_lanes(lanes, futures, stop)
-                        raise
+            try:
+                with _pool_concurrency_limit(f"waa-pool-{resources}", pool.size) as limit_name:
+                    with pool_slots(limit_name, pool.size):
+                        futures = [run_lane.submit(lane, lanes) for lane in range(pool.size)]
+                        try:
+                            by_id = {result.task_id: result for f in futures for result in f.result()}
+                        except (KeyboardInterrupt, TerminationSignal) as stop:
+                            _stop_lanes(lanes, futures, stop)
+                            raise
+            finally:
+                _close_recorder(lanes.recorder, r.problems)
             _report_pool_problems(pool, r.problems)
         return [by_id[t.task_id] for t in todo if t.task_id in by_id]
     finally:
         pool.teardown()
         provider_leftovers(provider, resources, get_run_logger())
         provider.close()
+
+
+def _close_recorder(recorder: ResultRecorder, problems: list[str]) -> None:
+    """Wait for the attempts still being stored (before the summary reads them back); results
+    that could not be stored go to the run's problems, and their tasks count as missing."""
+    if not recorder.close(RECORDER_FLUSH_SECONDS):
+        problems.append(f"{recorder.pending} result(s) were still being stored after {RECORDER_FLUSH_SECONDS:g} s")
+    problems.extend(unstored.describe() for unstored in recorder.failed)
+    if recorder.failed or recorder.pending:
+        get_run_logger().error("the store did not take every result; the run counts those tasks as missing")
 
 
 def _stop_lanes(lanes: Lanes, futures: list[Any], stop: BaseException) -> None:
@@ -403,15 +339,3 @@ def resource_id(run_id: str, shard: int | None = None) -> str:
     would let the first shard to finish delete the VMs of the others.
     """
     return run_id if shard is None else f"{run_id}-shard{shard}"
-
-
-def longest_first(tasks: list[BenchmarkTask], expected_seconds: dict[str, float]) -> list[BenchmarkTask]:
-    """Tasks in the order lanes should start them: never-timed tasks, then longest first.
-
-    Starting long tasks early keeps the end of a run from waiting on one long task while the
-    other lanes sit idle (longest-processing-time-first scheduling). Tasks with no recorded
-    duration go first, in their given order, since they may be long too.
-    """
-    unknown = [t for t in tasks if t.task_id not in expected_seconds]
-    known = sorted((t for t in tasks if t.task_id in expected_seconds), key=lambda t: -expected_seconds[t.task_id])
-    return unknown + known

@@ -27,6 +27,7 @@ from adapters.vms.base import ResetLevel
 from adapters.vms.existing import DEFAULT_SERVER_WAIT_SECONDS
 from adapters.vms.registry import PROVIDERS, ProviderSettings, build_provider
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
+from adapters.waa.settle import SettlePolicy
 from flows.attempt import DEFAULT_STAGE_TIMEOUTS, validate_stage_timeouts
 from flows.summary import RunCompleteness
 
@@ -101,9 +102,11 @@ class SuiteRunConfig(BaseModel):
     max_cost_usd: float | None = Field(default=None, ge=0)
     max_tokens: int | None = Field(default=None, ge=0)
     vm_hour_price_usd: float = Field(default=0.0, ge=0)
-    # Pause after each action before observing; None = the provider's default (3 s on real VMs,
-    # 0 on the simulation). Benchmarks use it to simulate per-step latency.
-    settle_seconds: float | None = Field(default=None, ge=0)
+    # How to wait after each action before observing: "adaptive" (until the screen is still,
+    # adapters/waa/settle.py), a fixed pause in seconds (WAA's runner: 3), or None for the
+    # provider's default (adaptive on real VMs, none on the simulation, which acts at once).
+    # Benchmarks use a fixed pause to simulate per-step latency.
+    settle: float | Literal["adaptive"] | None = None
     db_path: Path = Path("results/arena.duckdb")
     # The team store (a PostgreSQL URL without its password; default $ARENA_STORE_URL): when set,
     # results go there instead of `db_path`, from this controller and from every shard host.
@@ -127,6 +130,19 @@ class SuiteRunConfig(BaseModel):
     shards: int = Field(default=0, ge=0, le=64)
     shard_deployment: str = "evaluate-shard/shard"
     shard_start_timeout_seconds: float = Field(default=900.0, gt=0)
+
+    @field_validator("settle")
+    @classmethod
+    def _settle_not_negative(cls, value: float | str | None) -> float | str | None:
+        if isinstance(value, float) and value < 0:
+            raise ValueError(f"settle must be 'adaptive' or seconds >= 0, got {value:g}")
+        return value
+
+    def settle_policy(self, provider_default: SettlePolicy) -> SettlePolicy:
+        """The wait after each action this run uses, given its provider's default."""
+        if self.settle is None:
+            return provider_default
+        return SettlePolicy() if self.settle == "adaptive" else SettlePolicy.fixed(float(self.settle))
 
     @field_validator("store_url")
     @classmethod

@@ -551,7 +551,8 @@ def evaluate_on_shards(
     ids = [t.task_id for t in todo]
     expected = store.expected_seconds(ids, config.agent)
     groups = split_into_shards(todo, expected, config.shards)
-    first_attempts = {i: store.next_attempt(run_id, i) for i in ids}
+    stored = store.next_attempts(run_id)
+    first_attempts = {i: stored.get(i, 1) for i in ids}
     limits = shard_budget_limits(config, budget, len(groups))
     if not config.artifacts_dir.is_absolute():
         logger.warning(

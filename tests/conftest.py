@@ -6,6 +6,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,16 @@ def _stop_local_server() -> Iterator[None]:
     from flows.local_server import stop_server
 
     stop_server(Path(os.environ["PREFECT_HOME"]))
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A local WAA simulation server for the tests of one module (stopped after them)."""
+    from adapters.waa.localenv.launcher import start_local_env
+
+    handle = start_local_env(tmp_path_factory.mktemp("sim"))
+    yield handle
+    handle.stop()
 
 
 @pytest.fixture(scope="session")

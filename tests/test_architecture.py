@@ -126,6 +126,31 @@ def test_adapters_know_nothing_of_prefect_or_orchestration(forbidden: str) -> No
     assert offenders == []
 
 
+def test_the_scheduling_core_and_what_it_imports_know_nothing_of_prefect() -> None:
+    """flows/scheduling.py runs without Prefect (bench/pool_efficiency.py runs the product's
+    scheduler on threads): neither it nor any project module it reaches imports Prefect."""
+    modules, graph = _modules(), _graph()
+    reached, todo = set(), ["flows.scheduling"]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo.extend(graph[name])
+    offenders = [f"{name} imports {n}" for name in sorted(reached) for n in _absolute_imports(modules[name])
+                 if n == "prefect" or n.startswith("prefect.")]
+    assert offenders == [] and "adapters.vms.pool" in reached
+
+
+def _absolute_imports(path: Path) -> list[str]:
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.append(node.module or "")
+    return names
+
+
 def test_the_graph_sees_real_imports() -> None:
     """The checks above would pass on an empty graph: make sure it is not one."""
     graph = _graph()

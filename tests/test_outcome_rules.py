@@ -33,6 +33,7 @@ from adapters.waa.errors import WAAConnectionError, WAAHTTPError
 from adapters.waa.live import LiveAdapterSettings, WAALiveAdapter
 from adapters.waa.localenv.launcher import LocalEnvHandle, start_local_env
 from adapters.waa.setup_steps import SetupRunner, SetupStepError
+from adapters.waa.settle import SettlePolicy
 
 CATALOG = WAATaskCatalog(bundled_suite_dir())
 NOTEPAD_TASK = BenchmarkTask(
@@ -58,7 +59,7 @@ def _faults(base_url: str, *faults: dict[str, Any], seed: int = 0) -> None:
 
 def _adapter(base_url: str, tmp_path: Path) -> WAALiveAdapter:
     client = WAAClient(base_url, read_retries=1, backoff_seconds=0.01)
-    return WAALiveAdapter(client, CATALOG, tmp_path / "cache", LiveAdapterSettings(settle_seconds=0, launch_verify_seconds=5))
+    return WAALiveAdapter(client, CATALOG, tmp_path / "cache", LiveAdapterSettings(settle=SettlePolicy.fixed(0), launch_verify_seconds=5))
 
 
 class _Plan(BenchmarkAgent):

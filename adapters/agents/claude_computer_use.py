@@ -46,6 +46,7 @@ from adapters.benchmark import (
     BenchmarkObservation,
     BenchmarkTask,
     ModelUsage,
+    ObservationNeeds,
     StepRecord,
     UnparseableReplyError,
 )
@@ -233,6 +234,10 @@ class ClaudeComputerUseAgent(BenchmarkAgent):
 
     def last_usage(self) -> ModelUsage | None:
         return self._usage
+
+    def observation_needs(self) -> ObservationNeeds:
+        """Claude sees the screenshot only."""
+        return ObservationNeeds(accessibility_tree=False, window=False)
 
     def act(self, task: BenchmarkTask, observation: BenchmarkObservation, history: list[StepRecord]) -> BenchmarkAction:
         self._usage = ModelUsage()

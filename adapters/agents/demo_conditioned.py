@@ -21,6 +21,7 @@ from adapters.benchmark import (
     BenchmarkObservation,
     BenchmarkTask,
     ModelUsage,
+    ObservationNeeds,
     StepRecord,
 )
 
@@ -82,6 +83,9 @@ class DemoConditionedAgent(BenchmarkAgent):
 
     def last_usage(self) -> ModelUsage | None:
         return self.base.last_usage()
+
+    def observation_needs(self) -> ObservationNeeds:
+        return self.base.observation_needs()
 
     def config(self) -> dict[str, Any]:
         retriever_config = getattr(self.retriever, "config", None)

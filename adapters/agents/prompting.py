@@ -38,6 +38,7 @@ from adapters.benchmark import (
     BenchmarkObservation,
     BenchmarkTask,
     ModelUsage,
+    ObservationNeeds,
     StepRecord,
     UIElement,
     UnparseableReplyError,
@@ -348,6 +349,11 @@ class PromptingAgent(BenchmarkAgent):
 
     def last_usage(self) -> ModelUsage | None:
         return self._usage
+
+    def observation_needs(self) -> ObservationNeeds:
+        """The tree for the modes that show it or label elements from it; the active window's
+        title is in every prompt."""
+        return ObservationNeeds(accessibility_tree=self.settings.observation != "screenshot", window=True)
 
     def act(self, task: BenchmarkTask, observation: BenchmarkObservation, history: list[StepRecord]) -> BenchmarkAction:
         self._usage = ModelUsage()

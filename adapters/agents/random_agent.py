@@ -7,7 +7,15 @@ import random
 import string
 from typing import Any
 
-from adapters.benchmark import ActionType, BenchmarkAction, BenchmarkAgent, BenchmarkObservation, BenchmarkTask, StepRecord
+from adapters.benchmark import (
+    ActionType,
+    BenchmarkAction,
+    BenchmarkAgent,
+    BenchmarkObservation,
+    BenchmarkTask,
+    ObservationNeeds,
+    StepRecord,
+)
 
 _KEYS = ["enter", "tab", "esc", "backspace", "delete", "up", "down", "left", "right", "f2"]
 
@@ -24,6 +32,10 @@ class RandomAgent(BenchmarkAgent):
 
     def config(self) -> dict[str, Any]:
         return {"name": self.name, "seed": self.seed, "done_probability": self.done_probability}
+
+    def observation_needs(self) -> ObservationNeeds:
+        """Random actions read nothing but the screen size."""
+        return ObservationNeeds(accessibility_tree=False, window=False)
 
     def reset(self, task: BenchmarkTask) -> None:
         # One stream per (seed, task): the same task gets the same actions on every run.

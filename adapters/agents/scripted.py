@@ -19,6 +19,7 @@ from adapters.benchmark import (
     BenchmarkAgent,
     BenchmarkObservation,
     BenchmarkTask,
+    ObservationNeeds,
     StepRecord,
     UIElement,
 )
@@ -58,6 +59,10 @@ class ScriptedAgent(BenchmarkAgent):
 
     def config(self) -> dict[str, Any]:
         return {"name": self.name, "plans": len(self.plans)}
+
+    def observation_needs(self) -> ObservationNeeds:
+        """Plans find their elements in the accessibility tree (windows are its top level)."""
+        return ObservationNeeds(window=False)
 
     def act(self, task: BenchmarkTask, observation: BenchmarkObservation, history: list[StepRecord]) -> BenchmarkAction:
         plan = self.plans.get(task.task_id)

@@ -202,7 +202,6 @@ class AWSProvider(VMProvider):
 
     name = "aws"
     owns_cloud_resources = True
-    settle_seconds = 3.0
 
     @property
     def image_id(self) -> str | None:

@@ -242,7 +242,6 @@ class AzureProvider(VMProvider):
 
     name = "azure"
     owns_cloud_resources = True
-    settle_seconds = 3.0
 
     @property
     def image_id(self) -> str | None:

@@ -13,6 +13,8 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapters.waa.settle import SettlePolicy
+
 # Tags on every cloud resource this product creates; the janitor deletes only what carries them.
 TAG_OWNER = "waa-arena-owner"
 TAG_RUN_ID = "waa-arena-run-id"
@@ -124,8 +126,9 @@ class VMProvider(abc.ABC):
     """Creates, resets and deletes VMs that run a WAA server."""
 
     name: str = "provider"
-    # Extra seconds the environment needs after an action before observing (WAA waits 3 s).
-    settle_seconds: float = 3.0
+    # How to wait after an action before observing: a real Windows desktop needs time to draw
+    # (adapters/waa/settle.py); a simulation that acts synchronously needs none.
+    settle: SettlePolicy = SettlePolicy()
     # Whether the provider creates tagged cloud resources a crashed run may leave behind.
     owns_cloud_resources: bool = False
 

@@ -17,13 +17,14 @@ import requests
 from adapters.vms.base import ProviderError, ResetLevel, VMHandle, VMProvider
 from adapters.waa.client import WAAClient
 from adapters.waa.localenv.launcher import LocalEnvHandle, start_local_env
+from adapters.waa.settle import SettlePolicy
 
 
 class LocalSimulationProvider(VMProvider):
     """Starts one WAA simulation process per VM, each with its own simulated disk."""
 
     name = "local"
-    settle_seconds = 0.0  # the simulation applies actions synchronously
+    settle = SettlePolicy.fixed(0.0)  # the simulation applies actions synchronously
 
     def __init__(
         self,

@@ -8,6 +8,10 @@ leasable as soon as its WAA server answers, so work begins with the first VM ins
 for the slowest (cloud VMs take minutes, and their boot times vary). At the end of a run,
 `retire_spare()` deletes VMs that no remaining task needs, so idle VMs stop costing money while
 the last tasks finish.
+
+A VM that failed is replaced in the background: the task that hit the failure retries on the
+first VM that is free (perhaps one another task just gave back) instead of waiting for a new VM
+to boot, and a VM a waiting task needs is never retired as spare.
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ class VMPool:
         self._pending = 0  # creations (initial or replacements) not finished yet
         self._creation_errors: list[str] = []
         self._creators: list[threading.Thread] = []
+        self._replacers: list[threading.Thread] = []  # replacements under way or done
+        self._waiting = 0  # lessees waiting for a free VM
         self._replacements = 0
         self._retired = 0
         self._closing = False  # teardown began: no new VM, and any that still arrives is deleted
@@ -184,23 +190,30 @@ class VMPool:
     def _take(self, timeout: float | None) -> VMHandle:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while not self._free:
-                if not self._all and self._pending == 0:
-                    raise ProviderError(f"no VM is left in the pool: {self._describe_errors()}")
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise ProviderError(f"no VM became free within {timeout} s")
-                self._cond.wait(remaining)
-            return self._free.popleft()
+            # Counted while waiting, so `retire_spare` leaves the VM a waiter is about to get.
+            self._waiting += 1
+            try:
+                while not self._free:
+                    if not self._all and self._pending == 0:
+                        raise ProviderError(f"no VM is left in the pool: {self._describe_errors()}")
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise ProviderError(f"no VM became free within {timeout} s")
+                    self._cond.wait(remaining)
+                return self._free.popleft()
+            finally:
+                self._waiting -= 1
 
     def _replace(self, vm: VMHandle) -> None:
         """Hand a VM that failed health checks to the provider for a healthy one.
 
         The provider decides how (`VMProvider.replace`: a new VM under a new name, or the same
-        server once it answers again). The replacement counts as pending while it is made, so
-        lessees wait for it rather than conclude the pool is empty. A failed replacement is
-        recorded in `creation_errors` and the pool goes on smaller; it never raises into the
-        task that returned the VM, whose result must still be recorded.
+        server once it answers again), in a background thread: making a VM can take minutes,
+        and the task that returned this one should retry on whichever VM is free first rather
+        than wait for it. The replacement counts as pending while it is made, so lessees wait
+        for it rather than conclude the pool is empty, and teardown waits for it. A failed
+        replacement is recorded in `creation_errors` and the pool goes on smaller; it never
+        raises into the task that returned the VM, whose result must still be recorded.
         """
         with self._cond:
             self._all.pop(vm.vm_id, None)
@@ -210,6 +223,11 @@ class VMPool:
                 self._replacements += 1
                 self._pending += 1
                 name = f"{self._vm_name(0).rsplit('-', 1)[0]}-r{self._replacements}"
+                thread = threading.Thread(target=self._replace_in_background, args=(vm, name), daemon=True,
+                                          name=f"replace-{name}")
+                self._replacers.append(thread)
+                # Started under the lock, so a teardown that follows always finds it joinable.
+                thread.start()
         if closing:
             # Teardown began: the failed VM goes, and nothing replaces it.
             try:
@@ -217,7 +235,8 @@ class VMPool:
             except Exception as exc:  # noqa: BLE001 - the run's sweep deletes what is left
                 with self._cond:
                     self._creation_errors.append(f"{vm.vm_id}: not deleted during teardown: {exc}")
-            return
+
+    def _replace_in_background(self, vm: VMHandle, name: str) -> None:
         try:
             fresh = self.provider.replace(vm, name)
         except Exception as exc:  # noqa: BLE001 - recorded; the pool goes on without this VM
@@ -232,10 +251,11 @@ class VMPool:
         """Delete one idle VM if the pool has more VMs (up or coming) than `still_needed`.
 
         Lanes call this when the work queue is empty, with the number of tasks still running:
-        those tasks keep enough VMs for their retries. Returns whether a VM was deleted.
+        those tasks keep enough VMs for their retries. A free VM that a waiting lessee (a
+        retry) is about to get is not idle and stays. Returns whether a VM was deleted.
         """
         with self._cond:
-            if not self._free or len(self._all) + self._pending <= still_needed:
+            if len(self._free) <= self._waiting or len(self._all) + self._pending <= still_needed:
                 return False
             vm = self._free.pop()
             self._all.pop(vm.vm_id, None)
@@ -277,7 +297,8 @@ class VMPool:
         """
         with self._cond:
             self._closing = True
-        for thread in self._creators:
+        # No thread is added once closing is set, so these lists are complete.
+        for thread in self._creators + self._replacers:
             thread.join()
         vms = self.vms()
         if not vms:

@@ -8,9 +8,9 @@ BenchmarkAdapter interface on top of them.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -21,6 +21,7 @@ from adapters.benchmark import (
     BenchmarkObservation,
     BenchmarkResult,
     BenchmarkTask,
+    ObservationNeeds,
     OutcomeKind,
 )
 from adapters.waa.accessibility import focused_element, parse_accessibility_xml
@@ -46,14 +47,12 @@ from adapters.waa.catalog import WAATaskCatalog
 from adapters.waa.client import WAAClient
 from adapters.waa.errors import WAAError
 from adapters.waa.evaluate_client import EvaluateEndpointClient
-from adapters.waa.grounding import Marks, draw_marks
+from adapters.waa.grounding import Marks
 from adapters.waa.evaluator import evaluate_task
+from adapters.waa.settle import SettlePolicy, Settled, settle
 from adapters.waa.setup_steps import SetupRunner
 
 T = TypeVar("T")
-
-ObservationType = Literal["screenshot", "a11y_tree", "screenshot_a11y_tree", "som"]
-"""What each observation carries: "som" is the screenshot with Set-of-Marks labels plus the tree."""
 
 _POINTER = {ActionType.CLICK, ActionType.DOUBLE_CLICK, ActionType.RIGHT_CLICK}
 
@@ -69,15 +68,17 @@ class ActionRejected(RuntimeError):
 class LiveAdapterSettings:
     """Per-environment knobs; the defaults suit a real WAA VM."""
 
-    observation_type: ObservationType = "screenshot_a11y_tree"
     accessibility_backend: str = "uia"
     # Clicks on an element id go through the server's computer.mouse.move_id (WAA's Set-of-Marks
     # path); "pyautogui" clicks the element's centre instead.
     element_clicks: Literal["computer", "pyautogui"] = "computer"
     # How long a launched program may take to show a window before setup counts as failed.
     launch_verify_seconds: float = 30.0
-    # WAA waits after every action so the UI settles before the next observation.
-    settle_seconds: float = 3.0
+    # How to wait after an action before observing (adapters/waa/settle.py): adaptive by default;
+    # SettlePolicy.fixed(3) is WAA's own runner, fixed(0) suits environments that act at once.
+    settle: SettlePolicy = field(default_factory=SettlePolicy)
+    # Fetch the screenshot, tree and window information of one observation at once.
+    concurrent_reads: bool = True
     offline_evaluation: bool = False
     # Score with the local engine, or through an /evaluate endpoint deployed beside the server.
     evaluator: Literal["local", "endpoint"] = "local"
@@ -111,6 +112,11 @@ class WAALiveAdapter(BenchmarkAdapter):
             download_dir=download_dir,
         )
         self._screen_size: tuple[int, int] | None = None
+        # What the agent playing on this adapter reads (flows/attempt.py sets it per episode).
+        self.needs = ObservationNeeds()
+        # The last settle's capture, used by the next observation instead of a new screenshot.
+        self._settled: Settled | None = None
+        self._reader: ThreadPoolExecutor | None = None
         self._last_observation: BenchmarkObservation | None = None
         self._last_action: BenchmarkAction | None = None
         self._marks = Marks(())
@@ -138,6 +144,7 @@ class WAALiveAdapter(BenchmarkAdapter):
         self._last_action = None
         self._marks, self._marks_sent = Marks(()), None
         self._typed_control_characters = False
+        self._settled = None
 
     def run_setup(self, task: BenchmarkTask) -> None:
         """Run the task's `config` steps; raises SetupStepError naming a failed step."""
@@ -149,41 +156,64 @@ class WAALiveAdapter(BenchmarkAdapter):
         return self._screen_size
 
     def observe(self) -> BenchmarkObservation:
-        """Screenshot, accessibility tree and window title, as the settings ask.
+        """Screenshot, plus the accessibility tree and window information the agent reads.
 
-        A server-side failure raises EnvironmentFault (R1); a tree the agent's own typing made
-        unreadable leaves the tree out and says why in `raw_observation["tree_error"]` (R5).
+        The reads run at once (`concurrent_reads`); a screenshot the settle wait just took is
+        used as is. A server-side failure raises EnvironmentFault (R1); a tree the agent's own
+        typing made unreadable leaves the tree out and says why in
+        `raw_observation["tree_error"]` (R5).
         """
-        kind = self.settings.observation_type
-        screenshot = self._observation_call(self.client.screenshot) if kind != "a11y_tree" else None
-        tree = None
-        tree_error = None
-        if kind != "screenshot":
-            try:
-                xml = self.client.accessibility(self.settings.accessibility_backend)
-            except WAAError as exc:
-                if classify_tree_error(exc, self._typed_control_characters) is not Fault.AGENT:
-                    raise EnvironmentFault.from_error("observation", exc) from exc
-                tree_error = f"accessibility tree unavailable: {exc.message}"
-            else:
-                tree = parse_accessibility_xml(xml)
-        window = self._observation_call(self.client.obs_winagent)
+        settled, self._settled = self._settled, None
+        reads: dict[str, Callable[[], Any]] = {}
+        if settled is None or settled.screenshot is None:
+            reads["screenshot"] = lambda: self._observation_call(self.client.screenshot)
+        if self.needs.accessibility_tree:
+            reads["tree"] = self._read_tree
+        if self.needs.window:
+            reads["window"] = lambda: self._observation_call(self.client.obs_winagent)
+        got = self._read_all(reads)
+        screenshot = got["screenshot"] if "screenshot" in got else settled.screenshot  # type: ignore[union-attr]
+        tree, tree_error = got.get("tree", (None, None))
+        window = got.get("window")
         self._marks = Marks.from_tree(tree)
         self._screenshot = screenshot
-        shown = draw_marks(screenshot, self._marks) if kind == "som" and screenshot else screenshot
-        raw: dict[str, Any] = {"window_names": window.window_names, "window_rect": window.window_rect}
+        raw: dict[str, Any] = {}
+        if window is not None:
+            raw.update(window_names=window.window_names, window_rect=window.window_rect)
         if tree_error is not None:
             raw["tree_error"] = tree_error
+        if settled is not None:
+            raw["settle"] = {"seconds": round(settled.seconds, 3), "captures": settled.captures,
+                             "changed": settled.changed, "capped": settled.capped}
         observation = BenchmarkObservation(
-            screenshot=shown,
+            screenshot=screenshot,
             viewport=self._observation_call(self.screen_size),
             accessibility_tree=tree,
-            window_title=window.window_title,
+            window_title=window.window_title if window is not None else None,
             focused_element=focused_element(tree) if tree is not None else None,
             raw_observation=raw,
         )
         self._last_observation = observation
         return observation
+
+    def _read_tree(self) -> tuple[Any, str | None]:
+        """The parsed tree, or None and why when the agent's own typing broke it (R5)."""
+        try:
+            xml = self.client.accessibility(self.settings.accessibility_backend)
+        except WAAError as exc:
+            if classify_tree_error(exc, self._typed_control_characters) is not Fault.AGENT:
+                raise EnvironmentFault.from_error("observation", exc) from exc
+            return None, f"accessibility tree unavailable: {exc.message}"
+        return parse_accessibility_xml(xml), None
+
+    def _read_all(self, reads: dict[str, Callable[[], Any]]) -> dict[str, Any]:
+        """Run independent reads, at once or in turn; the first failure (in order) is raised."""
+        if not self.settings.concurrent_reads or len(reads) < 2:
+            return {name: read() for name, read in reads.items()}
+        if self._reader is None:
+            self._reader = ThreadPoolExecutor(max_workers=3, thread_name_prefix="waa-read")
+        futures = {name: self._reader.submit(read) for name, read in reads.items()}
+        return {name: future.result() for name, future in futures.items()}
 
     @staticmethod
     def _observation_call(call: Callable[[], T]) -> T:
@@ -306,10 +336,14 @@ class WAALiveAdapter(BenchmarkAdapter):
         self.settle()
         return self.observe(), False, info
 
-    def settle(self) -> None:
-        """Let the UI settle after an action, as WAA's runner does, before observing again."""
-        if self.settings.settle_seconds:
-            time.sleep(self.settings.settle_seconds)
+    def settle(self) -> Settled:
+        """Wait until the screen has settled after the last action (per `settings.settle`), so
+        the next observation never sees it half-drawn; that observation reuses the last capture."""
+        action = self._last_action.type if self._last_action is not None else ActionType.WAIT
+        self._settled = settle(
+            lambda: self._observation_call(self.client.screenshot), self._screenshot, action, self.settings.settle
+        )
+        return self._settled
 
     def evaluate(self, task: BenchmarkTask) -> BenchmarkResult:
         """Run postconfig and the task's evaluator against the VM's current state."""
@@ -342,6 +376,9 @@ class WAALiveAdapter(BenchmarkAdapter):
         )
 
     def close(self) -> None:
+        # An abandoned episode's read may still be running: do not wait for it.
+        if self._reader is not None:
+            self._reader.shutdown(wait=False, cancel_futures=True)
         self.client.close()
 
 

@@ -30,6 +30,7 @@ from adapters.benchmark import (
     UnparseableReplyError,
 )
 from adapters.episode import EpisodeLimits, run_episode
+from adapters.waa.settle import SettlePolicy
 
 Reply = tuple[int, str]  # (HTTP status, body)
 
@@ -295,7 +296,7 @@ def test_policy_server_solves_a_bundled_task_on_the_simulation(tmp_path: Path) -
     try:
         with PolicyServer({"/policy": _documented_policy()}) as policy:
             adapter = WAALiveAdapter(WAAClient(sim.base_url), WAATaskCatalog(bundled_suite_dir()), tmp_path / "cache",
-                                     LiveAdapterSettings(settle_seconds=0))
+                                     LiveAdapterSettings(settle=SettlePolicy.fixed(0)))
             task = adapter.load_task("explorer-create-projects-folder")
             observation = adapter.reset(task)
             assert adapter.evaluate(task).score == 0.0  # not solved before the policy acts

@@ -51,7 +51,8 @@ from adapters.episode import EpisodeLimits, run_episode  # noqa: E402
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir  # noqa: E402
 from adapters.waa.client import WAAClient  # noqa: E402
 from adapters.waa.live import LiveAdapterSettings, WAALiveAdapter  # noqa: E402
-from adapters.waa.localenv.launcher import LocalEnvHandle, start_local_env  # noqa: E402
+from adapters.waa.localenv.launcher import LocalEnvHandle  # noqa: E402
+from adapters.waa.settle import SettlePolicy
 
 SECRET = "sk-fake-SECRET-7f3a9c1e5b"
 KEY_ENV = "WAA_TEST_MODEL_KEY"
@@ -82,18 +83,11 @@ def anthropic_server() -> Iterator[FakeModelServer]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEnvHandle]:
-    handle = start_local_env(tmp_path_factory.mktemp("sim"))
-    yield handle
-    handle.stop()
-
-
 @pytest.fixture()
 def adapter(sim: LocalEnvHandle, tmp_path: Path) -> Iterator[WAALiveAdapter]:
     client = WAAClient(sim.base_url)
     client._session.post(sim.base_url + "/sim/snapshot/load", json={"name": "initial"}, timeout=10)
-    yield WAALiveAdapter(client, WAATaskCatalog(bundled_suite_dir()), tmp_path, LiveAdapterSettings(settle_seconds=0))
+    yield WAALiveAdapter(client, WAATaskCatalog(bundled_suite_dir()), tmp_path, LiveAdapterSettings(settle=SettlePolicy.fixed(0)))
     client.close()
 
 

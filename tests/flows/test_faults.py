@@ -252,7 +252,7 @@ from flows.evaluate_suite import run_suite
 from flows.run_config import SuiteRunConfig
 suite, db, art, run_id = sys.argv[1:5]
 run_suite(SuiteRunConfig(suite_dir=Path(suite), pool_size=3, db_path=Path(db), artifacts_dir=Path(art),
-                         run_id=run_id, settle_seconds=0.05))
+                         run_id=run_id, settle=0.05))
 """
 
 
@@ -312,7 +312,7 @@ def test_controller_killed_mid_run_is_resumed_exactly(prefect_server: None, no_s
     assert 4 <= len(final_before) < 30
 
     outcome = run_suite(
-        SuiteRunConfig(suite_dir=suite_dir, pool_size=3, db_path=db, artifacts_dir=art, run_id=run_id, settle_seconds=0.05)
+        SuiteRunConfig(suite_dir=suite_dir, pool_size=3, db_path=db, artifacts_dir=art, run_id=run_id, settle=0.05)
     )
     after = _attempts(db, run_id)
     # Exactly the tasks without a final result ran again, each once; finished ones were untouched.
@@ -402,7 +402,7 @@ def test_budget_stops_taking_tasks_and_says_so(prefect_server: None, no_sim_leak
     # The simulation's "VMs" cost $3600/h = $1/s each here, so a $1.5 budget ends the run early.
     outcome = run_suite(
         SuiteRunConfig(
-            pool_size=1, max_cost_usd=1.5, vm_hour_price_usd=3600.0, settle_seconds=0.1,
+            pool_size=1, max_cost_usd=1.5, vm_hour_price_usd=3600.0, settle=0.1,
             db_path=db, artifacts_dir=tmp_path / "art", run_id="faults-budget",
         )
     )

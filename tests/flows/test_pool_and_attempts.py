@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from adapters.agents.scripted import ScriptedAgent, load_plans
-from adapters.benchmark import BenchmarkTask, OutcomeKind
+from adapters.benchmark import BenchmarkResult, BenchmarkTask, OutcomeKind
 from adapters.episode import EpisodeLimits
-from adapters.vms.base import ProviderError, ResetLevel, VMHandle
+from adapters.vms.base import ProviderError, ResetLevel, VMHandle, VMProvider
 from adapters.vms.local import LocalSimulationProvider
 from adapters.vms.pool import VMPool
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from adapters.waa.client import WAAClient
 from adapters.waa.live import LiveAdapterSettings
+from adapters.waa.settle import SettlePolicy
 from flows.attempt import AttemptContext, run_attempt
 
 CATALOG = WAATaskCatalog(bundled_suite_dir())
@@ -39,7 +44,7 @@ def _ctx(provider: LocalSimulationProvider, tmp_path: Path, level: ResetLevel = 
         limits=EpisodeLimits(max_steps=15),
         cache_dir=tmp_path / "cache",
         artifacts_dir=tmp_path / "artifacts",
-        adapter_settings=LiveAdapterSettings(settle_seconds=0),
+        adapter_settings=LiveAdapterSettings(settle=SettlePolicy.fixed(0)),
     )
 
 
@@ -51,6 +56,7 @@ def test_pool_replaces_an_unhealthy_vm(provider: LocalSimulationProvider) -> Non
         provider.delete(vm)  # the VM dies while a task holds it
         vm.healthy = False
     assert pool.replacements == 1
+    assert pool.wait_until_ready(2) == 2  # the replacement is made in the background
     live = pool.vms()
     assert len(live) == 2 and vm.vm_id not in {v.vm_id for v in live}
     assert all(WAAClient(v.base_url).probe() for v in live)
@@ -214,3 +220,114 @@ def test_concurrent_attempts_keep_their_vm_files_apart(prefect_server: None, pro
     folders = {attempt_cache_dir(ctx.cache_dir, c.task_id, 1) for c in copies}
     assert len(folders) == 2 and all((f / "draft.txt").read_text().startswith("This is a draft.") for f in folders)
     assert attempt_cache_dir(tmp_path, "../../etc/x", 2).parent == tmp_path / "attempts"
+
+
+# --- the scheduling core (flows/scheduling.py), without Prefect or VMs -------------------------
+
+
+class _InstantProvider(VMProvider):
+    """VMs that exist at once; a replacement takes `replace_seconds` to come up."""
+
+    name = "instant"
+
+    def __init__(self, replace_seconds: float = 0.0) -> None:
+        self.replace_seconds = replace_seconds
+
+    def create(self, vm_id: str) -> VMHandle:
+        return VMHandle(vm_id=vm_id, base_url=f"instant://{vm_id}", provider=self.name)
+
+    def replace(self, vm: VMHandle, new_vm_id: str) -> VMHandle:
+        time.sleep(self.replace_seconds)
+        return self.create(new_vm_id)
+
+    def reset(self, vm: VMHandle, level: ResetLevel) -> None:
+        pass
+
+    def delete(self, vm: VMHandle) -> None:
+        pass
+
+
+def _task(task_id: str) -> BenchmarkTask:
+    return BenchmarkTask(task_id=task_id, instruction="", domain="notepad")
+
+
+def _scripted_attempt(fail: set[tuple[str, int]], seconds: dict[str, float] | None = None) -> Any:
+    """An attempt that takes `seconds[task id]` (default none) and is an infrastructure error for
+    the (task, attempt) pairs in `fail` (marking the VM unhealthy, as a real attempt on a broken
+    VM does)."""
+
+    def attempt(task: BenchmarkTask, vm: VMHandle, number: int) -> BenchmarkResult:
+        time.sleep((seconds or {}).get(task.task_id, 0.0))
+        if (task.task_id, number) in fail:
+            vm.healthy = False
+            return BenchmarkResult(task_id=task.task_id, outcome=OutcomeKind.INFRASTRUCTURE_ERROR, attempt=number,
+                                   vm_id=vm.vm_id)
+        return BenchmarkResult(task_id=task.task_id, outcome=OutcomeKind.SUCCESS, success=True, attempt=number,
+                               vm_id=vm.vm_id)
+
+    return attempt
+
+
+def test_attempt_loop_retries_infrastructure_errors_on_another_vm_recording_each_first() -> None:
+    from flows.scheduling import AttemptHooks, Schedule, WorkQueue, attempt_loop
+
+    pool = VMPool(_InstantProvider(), size=2, run_id="core")
+    pool.provision()
+    schedule = Schedule(work=WorkQueue([]), pool=pool, max_attempts=3)
+    recorded: list[tuple[int, str | None, bool]] = []  # attempt, VM, whether the VM was still leased
+
+    def record(result: BenchmarkResult) -> None:
+        leased = result.vm_id in {vm.vm_id for vm in pool.vms()} - {vm.vm_id for vm in pool._free}
+        recorded.append((result.attempt, result.vm_id, leased))
+
+    hooks = AttemptHooks(attempt=_scripted_attempt({("t", 4)}), record=record, logger=logging.getLogger("test"),
+                         next_attempt=lambda task_id: 4)  # a resumed run: attempts 1-3 are stored
+    result = attempt_loop(_task("t"), schedule, hooks)
+    pool.teardown()
+    assert result is not None and result.outcome is OutcomeKind.SUCCESS and result.attempt == 5
+    (a1, vm1, leased1), (a2, vm2, leased2) = recorded
+    assert (a1, a2) == (4, 5) and vm1 != vm2 and pool.replacements == 1
+    assert leased1 and leased2  # recorded before the VM went back (and, for the failed one, was replaced)
+    assert "vm" in result.timings
+
+
+def test_a_retry_takes_a_vm_given_back_instead_of_waiting_for_the_replacement() -> None:
+    """Near the end of a run, a task whose VM failed retries on the VM another lane just gave
+    back (which that lane does not retire), not on a replacement that takes long to boot."""
+    from flows.scheduling import AttemptHooks, Schedule, WorkQueue, attempt_loop, lane_loop
+
+    pool = VMPool(_InstantProvider(replace_seconds=3.0), size=2, run_id="tail")
+    pool.start()
+    pool.wait_until_ready(2)
+    schedule = Schedule(work=WorkQueue([_task("fails-once"), _task("short")]), pool=pool, max_attempts=2)
+    # The other lane's task ends after the failure, so its VM is free while the retry waits.
+    attempt = _scripted_attempt({("fails-once", 1)}, seconds={"fails-once": 0.2, "short": 0.6})
+    hooks = AttemptHooks(attempt=attempt, record=lambda r: None, logger=logging.getLogger("test"))
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=2) as lanes:
+        results = [f.result() for f in [lanes.submit(lane_loop, schedule, lambda t: attempt_loop(t, schedule, hooks),
+                                                     logging.getLogger("test")) for _ in range(2)]]
+    elapsed = time.monotonic() - started
+    finals = {r.task_id: r for lane in results for r in lane}
+    assert {t: r.outcome for t, r in finals.items()} == {"fails-once": OutcomeKind.SUCCESS, "short": OutcomeKind.SUCCESS}
+    assert finals["fails-once"].attempt == 2 and elapsed < 2.0  # the 3 s replacement was not waited for
+    pool.teardown()  # waits for the replacement, which is deleted as it comes up
+    assert pool.vms() == [] and pool.replacements == 1
+
+
+def test_retire_spare_keeps_the_vm_a_waiting_lessee_needs() -> None:
+    pool = VMPool(_InstantProvider(), size=1, run_id="wait")
+    pool.provision()
+    holder = pool.lease()
+    vm = holder.__enter__()
+    got: list[VMHandle] = []
+    waiter = threading.Thread(target=lambda: got.append(pool._take(5.0)))
+    waiter.start()
+    while pool._waiting == 0:
+        time.sleep(0.01)
+    with pool._cond:  # the VM comes back and a lane out of work retires, before the waiter wakes
+        holder.__exit__(None, None, None)
+        assert not pool.retire_spare(still_needed=0)
+    waiter.join()
+    assert got == [vm] and pool.retired == 0
+    pool.teardown()

@@ -220,10 +220,10 @@ def test_a_nightly_and_a_triggered_model_update_overlap_and_both_land(
     common = f'agent = "scripted"\nsuite = "bundled"\n{where}\nartifacts_dir = "{tmp_path / "a"}"\n'
     file = tmp_path / "baselines.toml"
     # The nightly runs both baselines one after the other, first the whole bundled suite on one
-    # VM (long enough for the update to start meanwhile); the update evaluates a checkpoint
-    # against the small one.
+    # VM with a pause after each action (long enough for the update to start meanwhile, even on
+    # a loaded machine); the update evaluates a checkpoint against the small one.
     file.write_text(
-        f'version = 1\n[[baselines]]\nname = "scripted-all"\npool_size = 1\n{common}'
+        f'version = 1\n[[baselines]]\nname = "scripted-all"\npool_size = 1\nsettle = 0.2\n{common}'
         f'[[baselines]]\nname = "scripted-one"\ndomains = ["notepad"]\npool_size = 2\n{common}'
     )
     errors: list[BaseException] = []

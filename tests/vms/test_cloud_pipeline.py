@@ -18,12 +18,14 @@ from fake_qmp import FakeQMPServer
 
 from adapters.agents.scripted import ScriptedAgent, load_plans
 from adapters.episode import EpisodeLimits
+from adapters.store.recorder import ResultRecorder
 from adapters.store.duckdb_store import ResultStore, RunInfo
 from adapters.vms.base import ResetLevel, VMHandle, VMProvider
 from adapters.vms.pool import VMPool
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from adapters.waa.live import LiveAdapterSettings
 from adapters.waa.localenv.launcher import start_local_env
+from adapters.waa.settle import SettlePolicy
 from flows.attempt import AttemptContext
 
 CATALOG = WAATaskCatalog(bundled_suite_dir())
@@ -134,16 +136,17 @@ def test_bundled_suite_on_a_cloud_pool_leaves_nothing_behind(
             limits=EpisodeLimits(),
             cache_dir=tmp_path / "cache",
             artifacts_dir=tmp_path / "artifacts",
-            adapter_settings=LiveAdapterSettings(settle_seconds=0),
+            adapter_settings=LiveAdapterSettings(settle=SettlePolicy.fixed(0)),
         )
         with ResultStore(tmp_path / "cloud.duckdb") as store:
             store.start_run(RunInfo(run_id="cloudrun", agent="scripted", suite="bundled", provider=provider.name))
-            lanes = Lanes(work=WorkQueue(CATALOG.tasks()), pool=pool, attempt=ctx, store=store, run_id="cloudrun",
-                          max_attempts=2)
+            lanes = Lanes(work=WorkQueue(CATALOG.tasks()), pool=pool, attempt=ctx,
+                          recorder=ResultRecorder(store, "cloudrun"), max_attempts=2)
             try:
                 with ThreadPoolExecutor(max_workers=SIZE) as executor:
                     results = list(executor.map(lambda t: final_result(attempt_task(t, lanes)), CATALOG.tasks()))
             finally:
+                assert lanes.recorder.close(60) and lanes.recorder.failed == []
                 pool.teardown()
             rows = store.latest_attempts("cloudrun")
         assert [(r.task_id, r.outcome.value) for r in results if not r.success] == []

@@ -277,15 +277,6 @@ def test_server_closing_connection_is_a_connection_error() -> None:
 # -- guest resets against the local WAA simulation ---------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory):
-    from adapters.waa.localenv.launcher import start_local_env
-
-    handle = start_local_env(tmp_path_factory.mktemp("qmp-sim-root"))
-    yield handle
-    handle.stop()
-
-
 def bridged(sim, **options) -> FakeQMPServer:
     """A fake monitor whose savevm/loadvm save/restore the simulation's state."""
 

@@ -17,18 +17,12 @@ from adapters.episode import EpisodeLimits, run_episode
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from adapters.waa.client import WAAClient
 from adapters.waa.live import LiveAdapterSettings, WAALiveAdapter
-from adapters.waa.localenv.launcher import LocalEnvHandle, start_local_env
+from adapters.waa.localenv.launcher import LocalEnvHandle
+from adapters.waa.settle import SettlePolicy
 
 CATALOG = WAATaskCatalog(bundled_suite_dir())
 PLANS = load_plans(bundled_suite_dir() / "solutions.json")
 TOKEN = "test-token-not-a-secret"
-
-
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEnvHandle]:
-    handle = start_local_env(tmp_path_factory.mktemp("sim"))
-    yield handle
-    handle.stop()
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +57,8 @@ def _play(sim: LocalEnvHandle, tmp_path: Path, task_id: str, settings: LiveAdapt
 
 def test_endpoint_scores_like_the_local_engine(sim: LocalEnvHandle, endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ARENA_EVALUATE_TOKEN", TOKEN)
-    local = LiveAdapterSettings(settle_seconds=0)
-    remote = LiveAdapterSettings(settle_seconds=0, evaluator="endpoint", evaluate_url=endpoint)
+    local = LiveAdapterSettings(settle=SettlePolicy.fixed(0))
+    remote = LiveAdapterSettings(settle=SettlePolicy.fixed(0), evaluator="endpoint", evaluate_url=endpoint)
     for task_id in CATALOG.task_ids():
         assert _play(sim, tmp_path, task_id, local) == _play(sim, tmp_path, task_id, remote) == (1.0, "success")
 

@@ -14,8 +14,9 @@ from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from adapters.waa.client import WAAClient
 from adapters.waa.errors import WAAConnectionError, WAAHTTPError
 from adapters.waa.live import LiveAdapterSettings, WAALiveAdapter
-from adapters.waa.localenv.launcher import LocalEnvHandle, start_local_env
+from adapters.waa.localenv.launcher import LocalEnvHandle
 from adapters.waa.setup_steps import SetupRunner, SetupStepError
+from adapters.waa.settle import SettlePolicy
 
 HOSTILE = [
     "'); import os; os.system('x') #",
@@ -23,13 +24,6 @@ HOSTILE = [
     "two\nlines",
     "back\\slash {braces} $(whoami) `id`",
 ]
-
-
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEnvHandle]:
-    handle = start_local_env(tmp_path_factory.mktemp("sim"))
-    yield handle
-    handle.stop()
 
 
 @pytest.fixture()
@@ -42,7 +36,7 @@ def client(sim: LocalEnvHandle) -> Iterator[WAAClient]:
 
 @pytest.fixture()
 def adapter(client: WAAClient, tmp_path: Path) -> WAALiveAdapter:
-    return WAALiveAdapter(client, WAATaskCatalog(bundled_suite_dir()), tmp_path, LiveAdapterSettings(settle_seconds=0))
+    return WAALiveAdapter(client, WAATaskCatalog(bundled_suite_dir()), tmp_path, LiveAdapterSettings(settle=SettlePolicy.fixed(0)))
 
 
 def _notepad_task() -> BenchmarkTask:

@@ -28,6 +28,7 @@ from adapters.waa.client import WAAClient, WAATimeouts
 from adapters.waa.errors import WAAConnectionError, WAAHTTPError
 from adapters.waa.live import LiveAdapterSettings, WAALiveAdapter
 from adapters.waa.localenv.launcher import start_local_env
+from adapters.waa.settle import SettlePolicy
 
 CATALOG = WAATaskCatalog(bundled_suite_dir())
 PLANS = load_plans(bundled_suite_dir() / "solutions.json")
@@ -47,7 +48,7 @@ def quirky(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalSimu
 def _adapter(base_url: str, tmp_path: Path) -> WAALiveAdapter:
     client = WAAClient(base_url)
     client._session.post(base_url + "/sim/snapshot/load", json={"name": "initial"}, timeout=10)
-    return WAALiveAdapter(client, CATALOG, tmp_path, LiveAdapterSettings(settle_seconds=0, launch_verify_seconds=5))
+    return WAALiveAdapter(client, CATALOG, tmp_path, LiveAdapterSettings(settle=SettlePolicy.fixed(0), launch_verify_seconds=5))
 
 
 def test_bundled_suite_scores_100_percent_in_quirks_mode(quirky: tuple[LocalSimulationProvider, str], tmp_path: Path) -> None:
@@ -143,7 +144,7 @@ class _KillingAgent(BenchmarkAgent):
 def test_server_dying_mid_episode_is_an_infrastructure_error(tmp_path: Path) -> None:
     handle = start_local_env(tmp_path / "dying")
     client = WAAClient(handle.base_url, read_retries=1, backoff_seconds=0.01)
-    adapter = WAALiveAdapter(client, CATALOG, tmp_path, LiveAdapterSettings(settle_seconds=0))
+    adapter = WAALiveAdapter(client, CATALOG, tmp_path, LiveAdapterSettings(settle=SettlePolicy.fixed(0)))
     task = CATALOG.load(CATALOG.task_ids()[0])
     adapter.reset(task)
     started = time.monotonic()

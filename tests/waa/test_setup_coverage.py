@@ -5,22 +5,14 @@ from __future__ import annotations
 
 import collections
 import json
-from collections.abc import Iterator
 from pathlib import Path, PureWindowsPath
 
 import pytest
 
 from adapters.waa.catalog import WAATaskCatalog
 from adapters.waa.client import WAAClient
-from adapters.waa.localenv.launcher import LocalEnvHandle, start_local_env
+from adapters.waa.localenv.launcher import LocalEnvHandle
 from adapters.waa.setup_steps import SetupRunner, SetupStepError
-
-
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEnvHandle]:
-    handle = start_local_env(tmp_path_factory.mktemp("coverage-sim"))
-    yield handle
-    handle.stop()
 
 
 def _steps(task_raw: dict) -> list[dict]:

@@ -14,6 +14,7 @@ from adapters.episode import EpisodeLimits, run_episode
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from adapters.waa.client import WAAClient
 from adapters.waa.live import LiveAdapterSettings, WAALiveAdapter
+from adapters.waa.settle import SettlePolicy
 
 CATALOG = WAATaskCatalog(bundled_suite_dir())
 PLANS = load_plans(bundled_suite_dir() / "solutions.json")
@@ -24,7 +25,7 @@ SETUP_TYPES = {"launch", "open", "activate_window", "sleep", "create_folder", "c
 
 @pytest.fixture()
 def adapter(client, tmp_path: Path) -> WAALiveAdapter:
-    return WAALiveAdapter(WAAClient(client.base), CATALOG, tmp_path, LiveAdapterSettings(settle_seconds=0.0))
+    return WAALiveAdapter(WAAClient(client.base), CATALOG, tmp_path, LiveAdapterSettings(settle=SettlePolicy.fixed(0)))
 
 
 def test_suite_shape() -> None:

@@ -1,0 +1,245 @@
+"""Per-step harness time and settle correctness against a server whose screen changes late.
+
+A real Windows desktop does not draw an action's effect at once: a menu opens in 100 ms, an
+application window in seconds. This benchmark starts a small HTTP server (its own process)
+that answers WAA's routes like a VM whose screen changes after every action only after a random
+delay of 0.1-2 s (seeded), through three transition frames 0.1 s apart to a final frame. Every
+screenshot carries the action number and frame in one corner pixel, so the benchmark knows
+whether an observation was taken mid-transition (or before the change began). The tree route
+takes 0.4 s (real ones take seconds) and /obs_winagent renders the foreground window, as WAA's.
+
+For each harness configuration it plays the same actions through the product's WAALiveAdapter
+(apply, settle, observe: what an episode spends per step outside the model) and prints the
+median and mean per-step time, the median settle time, and the share of observations taken
+mid-transition:
+
+- before: a fixed 3 s pause, then /screenshot, /accessibility and /obs_winagent one after the
+  other (the harness before adaptive settling; WAA's own runner also sleeps 3 s);
+- fixed 0.5 s (openadapt-evals' default pause) and fixed 3 s with this harness's reads;
+- adaptive (the default on real VMs) for an agent that reads everything, and for a
+  screenshot-only agent (Claude computer use: no tree, no window route).
+
+It prints numbers; it asserts nothing.
+
+    python bench/step_latency.py [--steps 10] [--seed 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import multiprocessing
+import random
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import requests  # noqa: E402
+from PIL import Image, ImageDraw  # noqa: E402
+
+from adapters.benchmark import ActionType, BenchmarkAction, ObservationNeeds  # noqa: E402
+from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir  # noqa: E402
+from adapters.waa.client import WAAClient  # noqa: E402
+from adapters.waa.live import LiveAdapterSettings, WAALiveAdapter  # noqa: E402
+from adapters.waa.settle import SettlePolicy  # noqa: E402
+
+WIDTH, HEIGHT = 1280, 800
+FRAMES = 3  # transition frames before the final one
+FRAME_GAP = 0.1
+FINAL = 255
+TREE_SECONDS = 0.4
+TREE = ('<Desktop name="Desktop"><Window name="Timing" screencoord="(200, 120)" size="(880, 560)">'
+        '<Button name="OK" screencoord="(600, 600)" size="(80, 30)"/></Window></Desktop>')
+
+
+class Screen:
+    """The server's screen: which action's effect shows, and how far its transition has got."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()
+        self.action = 0
+        self.changes_at = 0.0
+        self.cache: dict[tuple[int, int], bytes] = {}
+
+    def act(self) -> None:
+        with self.lock:
+            self.action += 1
+            self.changes_at = time.monotonic() + self.rng.uniform(0.1, 2.0)
+
+    def frame(self) -> tuple[int, int]:
+        """(action, frame) now: the previous action's final frame until the change begins."""
+        with self.lock:
+            action, elapsed = self.action, time.monotonic() - self.changes_at
+        if action == 0:
+            return 0, FINAL
+        if elapsed < 0:
+            return action - 1, FINAL
+        step = int(elapsed / FRAME_GAP)
+        return (action, step + 1) if step < FRAMES else (action, FINAL)
+
+    def png(self, window_only: bool = False) -> bytes:
+        action, frame = self.frame()
+        key = (action, frame if not window_only else -frame)
+        if key not in self.cache:
+            self.cache[key] = _render(action, frame, window_only)
+        return self.cache[key]
+
+
+def _render(action: int, frame: int, window_only: bool) -> bytes:
+    image = Image.new("RGB", (WIDTH, HEIGHT), (20, 50, 100))
+    draw = ImageDraw.Draw(image)
+    # The window moves and changes colour with each action; transition frames are in between.
+    shift = (action * 37) % 300 + (0 if frame == FINAL else frame * 20)
+    shade = 90 + (action * 53) % 120 if frame == FINAL else 40 * frame
+    draw.rectangle((200 + shift, 120, 780 + shift, 680), fill=(shade, 200, 255 - shade))
+    for row in range(140, 660, 24):  # text lines, so PNGs have realistic content
+        draw.line((220 + shift, row, 700 + shift, row), fill=(0, 0, 0), width=2)
+    image.putpixel((0, 0), (action % 256, frame, 0))
+    if window_only:
+        image = image.crop((200, 120, 1080, 680))
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+def _serve(port: int, seed: int, ready: multiprocessing.synchronize.Event) -> None:  # type: ignore[name-defined]
+    screen = Screen(seed)
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _send(self, body: bytes, kind: str = "application/json") -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            path = self.path.split("?")[0]
+            if path == "/screenshot":
+                self._send(screen.png(), "image/png")
+            elif path == "/accessibility":
+                time.sleep(TREE_SECONDS)
+                self._send(json.dumps({"AT": TREE}).encode())
+            elif path == "/obs_winagent":
+                image = base64.b64encode(screen.png(window_only=True)).decode()
+                self._send(json.dumps({"image": image, "window_title": "Timing", "rect": [200, 120, 1080, 680],
+                                       "window_names_str": "Timing", "status": "success"}).encode())
+            elif path == "/actions":
+                self._send(json.dumps(screen.action).encode())
+            else:
+                self.send_error(404)
+
+        def do_POST(self) -> None:  # noqa: N802
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            path = self.path.split("?")[0]
+            if path in ("/execute", "/setup/execute"):
+                screen.act()
+                self._send(json.dumps({"status": "success", "output": "", "error": "", "returncode": 0}).encode())
+            elif path == "/reseed":  # every configuration meets the same delays
+                with screen.lock:
+                    screen.rng = random.Random(seed)
+                self._send(b"{}")
+            elif path == "/screen_size":
+                self._send(json.dumps({"width": WIDTH, "height": HEIGHT}).encode())
+            else:
+                self._send(json.dumps({"status": "success"}).encode())
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    ready.set()
+    server.serve_forever()
+
+
+@dataclass
+class Row:
+    name: str
+    step_seconds: list[float]
+    settle_seconds: list[float]
+    mid_transition: int
+
+    def line(self) -> str:
+        steps = self.step_seconds
+        return (f"{self.name:<44} {statistics.median(steps):7.2f} s {statistics.mean(steps):7.2f} s "
+                f"{statistics.median(self.settle_seconds):8.2f} s {self.mid_transition:>4}/{len(steps)}")
+
+
+def _frame_of(png: bytes) -> tuple[int, int]:
+    with Image.open(io.BytesIO(png)) as image:
+        red, green, _ = image.convert("RGB").getpixel((0, 0))
+    return red, green
+
+
+def play(name: str, base_url: str, settings: LiveAdapterSettings, needs: ObservationNeeds, steps: int) -> Row:
+    """Play `steps` clicks through the adapter; time apply+settle+observe, check each frame."""
+    with tempfile.TemporaryDirectory() as cache:
+        adapter = WAALiveAdapter(WAAClient(base_url), WAATaskCatalog(bundled_suite_dir()), Path(cache), settings)
+        adapter.needs = needs
+        observation = adapter.observe()
+        times, settles, mid = [], [], 0
+        for i in range(steps):
+            action = BenchmarkAction(type=ActionType.CLICK, x=300 + i, y=400)
+            t0 = time.monotonic()
+            adapter.apply(action)
+            settled = adapter.settle()
+            observation = adapter.observe()
+            times.append(time.monotonic() - t0)
+            settles.append(settled.seconds)
+            seen_action, seen_frame = _frame_of(observation.screenshot or b"")
+            wanted = requests.get(base_url + "/actions", timeout=5).json() % 256
+            if seen_frame != FINAL or seen_action != wanted:
+                mid += 1
+        adapter.close()
+    return Row(name, times, settles, mid)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=10, help="actions per configuration")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ready = multiprocessing.Event()
+    server = multiprocessing.Process(target=_serve, args=(port, args.seed, ready), daemon=True)
+    server.start()
+    ready.wait(10)
+    base_url = f"http://127.0.0.1:{port}"
+    everything, screenshot_only = ObservationNeeds(), ObservationNeeds(accessibility_tree=False, window=False)
+    configs = [
+        ("before: fixed 3 s, reads in turn", LiveAdapterSettings(settle=SettlePolicy.fixed(3), concurrent_reads=False), everything),
+        ("fixed 0.5 s (openadapt-evals default)", LiveAdapterSettings(settle=SettlePolicy.fixed(0.5)), everything),
+        ("fixed 3 s (WAA's runner), reads at once", LiveAdapterSettings(settle=SettlePolicy.fixed(3)), everything),
+        ("adaptive (default), tree + window agent", LiveAdapterSettings(), everything),
+        ("adaptive (default), screenshot-only agent", LiveAdapterSettings(), screenshot_only),
+    ]
+    print(f"server: screen changes 0.1-2.0 s after each action, {FRAMES} transition frames {FRAME_GAP:g} s apart; "
+          f"tree route {TREE_SECONDS:g} s; {args.steps} actions per row (seed {args.seed})")
+    print(f"{'harness':<44} {'median':>9} {'mean':>9} {'settle':>10} {'mid-transition':>14}")
+    try:
+        for name, settings, needs in configs:
+            requests.post(base_url + "/reseed", timeout=5)
+            print(play(name, base_url, settings, needs, args.steps).line(), flush=True)
+    finally:
+        server.terminate()
+    print("per step = apply + settle + observe (no model); mid-transition = observations not showing the "
+          "last action's final frame (target: 0 for adaptive)")
+
+
+if __name__ == "__main__":
+    main()

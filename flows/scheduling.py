@@ -1,0 +1,246 @@
+"""The scheduling core of the pool engine, in plain Python (no Prefect).
+
+    lane_loop(schedule, run_task, logger)       one VM's worth of work: tasks from the shared queue
+      attempt_loop(task, schedule, hooks)       attempts of one task, each on a leased VM
+
+flows/pool_engine.py wraps both in Prefect tasks (the UI's "vm-lane" and "evaluate-task" runs)
+and hands them Prefect's pieces through `AttemptHooks`: the attempt as its own task run, the run
+logger, the recording task. bench/pool_efficiency.py hands them a timing-only attempt instead,
+so the benchmark measures this very code rather than a copy of it.
+
+What the core decides: which task a lane starts next (`WorkQueue`, ordered by `longest_first`),
+when a task is attempted again (only after an infrastructure error, on another VM, up to
+`max_attempts`), that every attempt is recorded before its VM goes back to the pool, and when a
+lane that ran out of work retires a VM the remaining tasks do not need.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from adapters.benchmark import BenchmarkResult, BenchmarkTask
+from adapters.vms.base import ProviderError, VMHandle
+from adapters.vms.pool import VMPool
+
+
+class Logger(Protocol):
+    """What the core logs through: a `logging.Logger`, or Prefect's run logger (an adapter)."""
+
+    def warning(self, msg: str, *args: Any) -> None: ...
+
+    def error(self, msg: str, *args: Any) -> None: ...
+
+
+class Budget(Protocol):
+    """The run's budget as the core sees it (flows/budget.py `RunBudget`)."""
+
+    def exhausted(self) -> str | None: ...
+
+    def add(self, result: BenchmarkResult) -> None: ...
+
+
+class Progress(Protocol):
+    """The run's live progress as the core sees it (flows/progress.py `RunProgress`)."""
+
+    def recorded(self, result: BenchmarkResult) -> None: ...
+
+
+class WorkQueue:
+    """The tasks left to start, and how many are running: lanes share one.
+
+    Taking a task and counting it as running happen together, so once the queue is empty the
+    running count only falls; a lane that finds no work can then retire its VM when the tasks
+    still running (and their retries) have enough VMs without it.
+    """
+
+    def __init__(self, tasks: list[BenchmarkTask], first_attempts: dict[str, int] | None = None) -> None:
+        self._todo: deque[BenchmarkTask] = deque(tasks)
+        self._closed = False
+        self._abandoned = False
+        self._running = 0
+        self._lock = threading.Lock()
+        # Lowest attempt number per task when the attempts so far are stored elsewhere (shards).
+        self._first_attempts = dict(first_attempts or {})
+
+    def first_attempt(self, task_id: str) -> int | None:
+        """The lowest attempt number `task_id` may use, if one was given."""
+        return self._first_attempts.get(task_id)
+
+    def take(self) -> BenchmarkTask | None:
+        """The next task to start (now counted as running), or None when none is left."""
+        with self._lock:
+            if not self._todo or self._closed:
+                return None
+            self._running += 1
+            return self._todo.popleft()
+
+    def close(self) -> None:
+        """Start no more tasks (the run is being stopped); running ones carry on."""
+        with self._lock:
+            self._closed = True
+
+    def abandon(self) -> None:
+        """The stop's grace period is over: attempts still running are cut off by the teardown,
+        and what they would report is not their task's outcome, so they record nothing."""
+        with self._lock:
+            self._closed = True
+            self._abandoned = True
+
+    @property
+    def abandoned(self) -> bool:
+        """Whether the stop's grace period is over (see `abandon`)."""
+        with self._lock:
+            return self._abandoned
+
+    def done(self) -> None:
+        """A task taken with `take` has ended."""
+        with self._lock:
+            self._running -= 1
+
+    @property
+    def running(self) -> int:
+        """Tasks taken and not yet done."""
+        with self._lock:
+            return self._running
+
+
+def longest_first(tasks: list[BenchmarkTask], expected_seconds: dict[str, float]) -> list[BenchmarkTask]:
+    """Tasks in the order lanes should start them: never-timed tasks, then longest first.
+
+    Starting long tasks early keeps the end of a run from waiting on one long task while the
+    other lanes sit idle (longest-processing-time-first scheduling). Tasks with no recorded
+    duration go first, in their given order, since they may be long too.
+
+    Why no smarter choice at take time: with recorded durations +-20 % off and 3 % of attempts
+    failing (bench/pool_efficiency.py --seeds 1,2,3,4,5, 40 VMs), taking the task that best fits
+    the running tasks' expected ends near the end of the run lost about 1 point to this order;
+    re-packing the remaining tasks onto the lanes at every take gained under 1 point, for the
+    lane count and milliseconds of work under the queue's lock. What is left is mostly failures
+    late in the run, which no order foresees.
+    """
+    unknown = [t for t in tasks if t.task_id not in expected_seconds]
+    known = sorted((t for t in tasks if t.task_id in expected_seconds), key=lambda t: -expected_seconds[t.task_id])
+    return unknown + known
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What every lane of one pool shares: the queue, the pool, the attempt limit, the budget
+    and the progress (the last two optional)."""
+
+    work: WorkQueue
+    pool: VMPool
+    max_attempts: int
+    budget: Budget | None = None
+    progress: Progress | None = None
+
+
+# One attempt of a task on a leased VM, with its attempt number: never raises for the task's
+# own trouble, and marks the VM unhealthy (`VMHandle.healthy`) when the pool must replace it.
+AttemptFn = Callable[[BenchmarkTask, VMHandle, int], BenchmarkResult]
+
+
+def _no_stored_attempts(task_id: str) -> int:
+    return 1
+
+
+@dataclass(frozen=True)
+class AttemptHooks:
+    """What `attempt_loop` needs from its surroundings.
+
+    `attempt` runs one attempt; `record` stores its result (called before the VM goes back to
+    the pool); `logger` gets the warnings; `next_attempt` is the first attempt number not yet
+    stored for a task (a resumed run continues after the attempts it already has).
+    """
+
+    attempt: AttemptFn
+    record: Callable[[BenchmarkResult], None]
+    logger: Logger
+    next_attempt: Callable[[str], int] = _no_stored_attempts
+
+
+def attempt_loop(task: BenchmarkTask, schedule: Schedule, hooks: AttemptHooks) -> BenchmarkResult | None:
+    """Attempt a task until it ends for a non-infrastructure reason or attempts run out.
+
+    Every attempt is recorded as it finishes; an infrastructure failure hands the VM back as
+    unhealthy (the pool replaces it) and the next attempt runs on another VM. Attempt numbers
+    continue after those already stored for the task (`hooks.next_attempt`), and start no lower
+    than the queue's first attempt for it (a shard: the earlier attempts are in its controller's
+    file). No retry starts once the budget is exhausted. Returns the last attempt's result;
+    None if the budget or an empty pool stopped the task before its first attempt, or if the
+    stop abandoned the attempt (then nothing is recorded).
+    """
+    work, pool, budget, progress = schedule.work, schedule.pool, schedule.budget, schedule.progress
+    result: BenchmarkResult | None = None
+    first = max(hooks.next_attempt(task.task_id), work.first_attempt(task.task_id) or 1)
+    for attempt in range(first, first + schedule.max_attempts):
+        if budget is not None and budget.exhausted():
+            break
+        try:
+            lease = pool.lease()
+            vm = lease.__enter__()
+        except ProviderError as exc:
+            # No VM is left (every server retired): the task stays without a final result and
+            # the run ends incomplete. Nothing was started, so nothing is recorded.
+            hooks.logger.warning("task %s not attempted: %s", task.task_id, exc)
+            break
+        leased = time.monotonic()
+        try:
+            result = hooks.attempt(task, vm, attempt)
+            vm_seconds = time.monotonic() - leased
+            result = result.model_copy(update={"timings": {**result.timings, "vm": vm_seconds}})
+            if work.abandoned:
+                hooks.logger.warning("task %s: attempt %d abandoned by the stop, not recorded", task.task_id, attempt)
+                return None
+            # Recorded before the VM goes back: replacing a failed VM can take minutes.
+            hooks.record(result)
+        finally:
+            lease.__exit__(None, None, None)
+        if budget is not None:
+            budget.add(result)
+        if progress is not None:
+            progress.recorded(result)
+        if not result.outcome.is_retryable:
+            break
+    return result
+
+
+def lane_loop(
+    schedule: Schedule, run_task: Callable[[BenchmarkTask], BenchmarkResult | None], logger: Logger
+) -> list[BenchmarkResult]:
+    """Run tasks from the queue with `run_task`, one at a time, until the queue is empty, the
+    budget runs out or the pool has no VM left; returns the results `run_task` gave.
+
+    A lane that runs out of work deletes the idle VMs the remaining tasks do not need, so the
+    pool shrinks (and stops costing) while the last tasks finish. That is normally one VM (the
+    one it just gave back); more when a VM came up that no task was waiting for, e.g. the
+    replacement of a failed VM whose task had already retried on a VM another lane gave back.
+    """
+    work, pool, budget = schedule.work, schedule.pool, schedule.budget
+    results: list[BenchmarkResult] = []
+    while (budget is None or not budget.exhausted()) and not pool.exhausted:
+        next_task = work.take()
+        if next_task is None:
+            break
+        try:
+            result = run_task(next_task)
+        except Exception as exc:  # noqa: BLE001 - one task's controller trouble must not end the lane
+            # Attempts are recorded inside run_task as they end; whatever broke here left this
+            # task without a final result, which the run's completeness counts.
+            logger.error("task %s: controller error %s: %s", next_task.task_id, type(exc).__name__, exc)
+            result = None
+        finally:
+            work.done()
+        if result is not None:
+            results.append(result)
+    try:
+        while pool.retire_spare(still_needed=work.running):
+            pass
+    except Exception as exc:  # noqa: BLE001 - teardown deletes it later; the lane's results stand
+        logger.warning("could not retire a spare VM: %s", exc)
+    return results

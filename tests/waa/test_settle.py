@@ -1,0 +1,205 @@
+"""The settle wait: a screen that changes on a timeline, watched with a virtual clock; then the
+live adapter with adaptive settling and observation needs against the local WAA simulation."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from PIL import Image, ImageDraw
+
+from adapters.benchmark import ActionType, BenchmarkAction, BenchmarkTask, ObservationNeeds, OutcomeKind
+from adapters.episode import EpisodeLimits, run_episode
+from adapters.agents.claude_computer_use import ClaudeComputerUseAgent
+from adapters.agents.random_agent import RandomAgent
+from adapters.agents.scripted import ScriptedAgent
+from adapters.agents.prompting import PromptingAgent
+from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
+from adapters.waa.client import WAAClient
+from adapters.waa.live import LiveAdapterSettings, WAALiveAdapter
+from adapters.waa.localenv.launcher import LocalEnvHandle
+from adapters.waa.settle import SettlePolicy, settle
+
+W, H = 640, 400
+
+
+def _screen(label: int | None = None, caret: bool = False, pointer: tuple[int, int] | None = None) -> bytes:
+    """A desktop; `label` draws a window in a colour of its own, `caret` a blinking text caret,
+    `pointer` a mouse pointer there."""
+    image = Image.new("RGB", (W, H), (30, 60, 110))
+    draw = ImageDraw.Draw(image)
+    if label is not None:
+        draw.rectangle((100, 80, 500, 320), fill=((40 * label) % 256, 200, (90 + 70 * label) % 256))
+    if caret:
+        draw.rectangle((120, 100, 121, 116), fill=(0, 0, 0))
+    if pointer is not None:
+        x, y = pointer
+        draw.polygon([(x, y), (x, y + 18), (x + 12, y + 13)], fill=(255, 255, 255))
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+class Timeline:
+    """A virtual clock and a screen that shows `frames[i]` from time `at[i]` on."""
+
+    def __init__(self, frames: list[tuple[float, bytes]]) -> None:
+        self.now = 0.0
+        self.frames = frames
+        self.captured: list[bytes] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def capture(self) -> bytes:
+        shown = [png for at, png in self.frames if at <= self.now][-1]
+        self.now += 0.02  # a capture takes time too
+        self.captured.append(shown)
+        return shown
+
+
+def _settle(timeline: Timeline, action: ActionType, policy: SettlePolicy | None = None):
+    before = timeline.frames[0][1]
+    return settle(timeline.capture, before, action, policy or SettlePolicy(), clock=timeline.clock, sleep=timeline.sleep)
+
+
+def test_waits_for_a_late_change_and_its_transition_then_observes_the_final_screen() -> None:
+    final = _screen(3)
+    timeline = Timeline([(0.0, _screen()), (1.2, _screen(1)), (1.3, _screen(2)), (1.4, final)])
+    result = _settle(timeline, ActionType.CLICK)
+    assert result.screenshot == final and result.changed and not result.capped
+    # Still for the quiet time after the last frame, and not much longer.
+    assert 1.4 + 0.5 <= result.seconds <= 1.4 + 0.5 + 0.3
+
+
+def test_a_quick_change_settles_long_before_the_fixed_three_seconds() -> None:
+    timeline = Timeline([(0.0, _screen()), (0.08, _screen(1))])
+    result = _settle(timeline, ActionType.KEY)
+    assert result.changed and result.seconds < 1.0
+
+
+def test_no_visible_change_waits_the_change_wait_then_observes() -> None:
+    timeline = Timeline([(0.0, _screen())])
+    result = _settle(timeline, ActionType.CLICK)
+    assert not result.changed and not result.capped
+    assert 2.5 <= result.seconds <= 2.5 + 0.3  # the click's change wait, then it is already still
+
+
+def test_caret_blink_and_pointer_are_not_changes() -> None:
+    frames = [(0.0, _screen(1, caret=True))]
+    frames += [(0.53 * k, _screen(1, caret=k % 2 == 0, pointer=(300, 200))) for k in range(1, 12)]
+    result = _settle(Timeline(frames), ActionType.TYPE)
+    assert not result.changed and not result.capped and result.seconds < 1.2
+
+
+def test_a_screen_that_never_stands_still_is_observed_at_the_cap() -> None:
+    frames = [(0.0, _screen())] + [(0.15 * k, _screen(k % 5 + 1)) for k in range(1, 80)]
+    result = _settle(Timeline(frames), ActionType.CLICK, SettlePolicy(cap_seconds=4.0))
+    assert result.capped and 4.0 <= result.seconds <= 4.3
+
+
+def test_fixed_pause_sleeps_and_captures_nothing() -> None:
+    timeline = Timeline([(0.0, _screen())])
+    result = _settle(timeline, ActionType.CLICK, SettlePolicy.fixed(3))
+    assert result.screenshot is None and result.captures == 0 and timeline.captured == []
+    assert result.seconds == pytest.approx(3.0)
+
+
+def test_without_a_before_screenshot_a_change_cannot_short_cut_the_wait() -> None:
+    timeline = Timeline([(0.0, _screen()), (0.1, _screen(1))])
+    result = settle(timeline.capture, None, ActionType.TYPE, SettlePolicy(), clock=timeline.clock, sleep=timeline.sleep)
+    assert result.screenshot == _screen(1) and result.seconds >= 0.5
+
+
+def test_bad_policies_are_refused() -> None:
+    with pytest.raises(ValueError, match="fixed pause"):
+        SettlePolicy.fixed(-1)
+    with pytest.raises(ValueError, match="quiet_seconds"):
+        SettlePolicy(quiet_seconds=-0.1)
+
+
+# -- the live adapter against the simulation ---------------------------------------------
+
+
+@pytest.fixture()
+def client(sim: LocalEnvHandle) -> Iterator[WAAClient]:
+    c = WAAClient(sim.base_url)
+    requests.post(sim.base_url + "/sim/snapshot/load", json={"name": "initial"}, timeout=10)
+    yield c
+    requests.post(sim.base_url + "/sim/faults", json={"faults": []}, timeout=10)
+    c.close()
+
+
+def _notepad() -> BenchmarkTask:
+    return BenchmarkTask(
+        task_id="t-notepad", instruction="type", domain="notepad",
+        raw_config={"config": [{"type": "launch", "parameters": {"command": "notepad"}}]},
+        evaluation_spec={"func": "exact_match", "result": {"type": "rule", "rules": {}}, "expected": {"type": "rule", "rules": {}}},
+    )
+
+
+def test_adaptive_settle_on_the_simulation_observes_the_typed_text(client: WAAClient, tmp_path: Path) -> None:
+    adapter = WAALiveAdapter(client, WAATaskCatalog(bundled_suite_dir()), tmp_path, LiveAdapterSettings())
+    observation = adapter.reset(_notepad())
+    editor = observation.accessibility_tree.find(role="Edit", name="Text Editor")
+    adapter.step(BenchmarkAction(type=ActionType.CLICK, target_node_id=editor.node_id))
+    text = "The quick brown fox jumps over the lazy dog, twice: the quick brown fox jumps over the lazy dog."
+    observation, done, info = adapter.step(BenchmarkAction(type=ActionType.TYPE, text=text))
+    assert not done and "error" not in info
+    settled = observation.raw_observation["settle"]
+    assert settled["changed"] and not settled["capped"] and settled["seconds"] < 3
+    # The observation's screenshot is the settle wait's last capture, and it shows the text.
+    assert observation.screenshot == client.screenshot()
+    assert observation.accessibility_tree.find(role="Edit", name="Text Editor").attributes["value"] == text
+
+
+@pytest.mark.parametrize(
+    ("make", "tree", "window"),
+    [
+        (lambda: ClaudeComputerUseAgent(), False, False),
+        (lambda: RandomAgent(), False, False),
+        (lambda: ScriptedAgent({}), True, False),
+        (lambda: PromptingAgent(backend="openai", observation="screenshot"), False, True),
+        (lambda: PromptingAgent(backend="openai", observation="som"), True, True),
+    ],
+    ids=["claude", "random", "scripted", "prompting-screenshot", "prompting-som"],
+)
+def test_agents_declare_what_they_read(make, tree: bool, window: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    assert make().observation_needs() == ObservationNeeds(accessibility_tree=tree, window=window)
+
+
+def test_routes_the_agent_does_not_read_are_never_called(client: WAAClient, sim: LocalEnvHandle, tmp_path: Path) -> None:
+    """A screenshot-only agent plays an episode while /accessibility and /obs_winagent fail
+    every call: had the adapter fetched them, the episode would end as an infrastructure error."""
+    adapter = WAALiveAdapter(client, WAATaskCatalog(bundled_suite_dir()), tmp_path, LiveAdapterSettings(settle=SettlePolicy.fixed(0)))
+    adapter.reset(_notepad())
+    requests.post(sim.base_url + "/sim/faults", json={"faults": [
+        {"route": "/accessibility", "status": 500}, {"route": "/obs_winagent", "status": 500}]}, timeout=10)
+    adapter.needs = RandomAgent().observation_needs()
+    outcome = run_episode(adapter, RandomAgent(seed=3), _notepad(), EpisodeLimits(max_steps=4))
+    assert outcome.final_outcome is None, outcome.error
+    assert len(outcome.steps) == 4 and all(step.window_title is None for step in outcome.steps)
+    # The same faults with an agent that reads the tree: the server's failure is infrastructure.
+    adapter.needs = ObservationNeeds()
+    outcome = run_episode(adapter, RandomAgent(seed=3), _notepad(), EpisodeLimits(max_steps=4))
+    assert outcome.final_outcome is OutcomeKind.INFRASTRUCTURE_ERROR
+
+
+def test_concurrent_and_sequential_reads_give_the_same_observation(client: WAAClient, tmp_path: Path) -> None:
+    observations = []
+    for concurrent in (True, False):
+        requests.post(client.base_url + "/sim/snapshot/load", json={"name": "initial"}, timeout=10)
+        adapter = WAALiveAdapter(client, WAATaskCatalog(bundled_suite_dir()), tmp_path,
+                                 LiveAdapterSettings(settle=SettlePolicy.fixed(0), concurrent_reads=concurrent))
+        observations.append(adapter.reset(_notepad()))
+    first, second = observations
+    assert first.window_title == second.window_title == "Untitled - Notepad"
+    assert first.accessibility_tree == second.accessibility_tree and first.screenshot == second.screenshot
