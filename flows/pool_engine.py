@@ -167,13 +167,12 @@ class Lanes:
     recorder: ResultRecorder
     max_attempts: int
     budget: RunBudget | None = None
-    progress: RunProgress | None = None
 
     @property
     def schedule(self) -> Schedule:
         """The part of this the scheduling core (flows/scheduling.py) works with."""
         return Schedule(
-            work=self.work, pool=self.pool, max_attempts=self.max_attempts, budget=self.budget, progress=self.progress
+            work=self.work, pool=self.pool, max_attempts=self.max_attempts, budget=self.budget
         )
 
 
@@ -266,10 +265,10 @@ def evaluate_on_pool(request: PoolRunRequest, todo: list[BenchmarkTask]) -> list
                 work=WorkQueue(longest_first(todo, expected), first_attempts),
                 pool=pool,
                 attempt=ctx,
-                recorder=ResultRecorder(r.store, r.run_id),
+                # Progress counts a result once it is stored, as reports will show it.
+                recorder=ResultRecorder(r.store, r.run_id, on_stored=r.progress.recorded if r.progress else None),
                 max_attempts=config.max_attempts,
                 budget=r.budget,
-                progress=r.progress,
             )
             try:
                 with _pool_concurrency_limit(f"waa-pool-{resources}", pool.size) as limit_name:

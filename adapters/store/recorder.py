@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from adapters.benchmark import BenchmarkResult
@@ -41,11 +42,22 @@ class ResultRecorder:
 
     `record` queues a result and returns at once; `flush` waits until everything queued so far
     is stored (or has failed for good); `close` flushes and stops the thread. A write that fails
-    is retried `retries` times `retry_seconds` apart.
+    is retried `retries` times `retry_seconds` apart. `on_stored` is called (from the writer
+    thread) with each result once it is stored, so live progress never counts a result a report
+    could not show yet.
     """
 
-    def __init__(self, store: ResultStore, run_id: str, *, retries: int = 2, retry_seconds: float = 1.0) -> None:
+    def __init__(
+        self,
+        store: ResultStore,
+        run_id: str,
+        *,
+        retries: int = 2,
+        retry_seconds: float = 1.0,
+        on_stored: Callable[[BenchmarkResult], None] | None = None,
+    ) -> None:
         self.store = store
+        self.on_stored = on_stored
         self.run_id = run_id
         self.retries = retries
         self.retry_seconds = retry_seconds
@@ -102,6 +114,12 @@ class ResultRecorder:
                     self._unfinished -= len(batch)
                     self._cond.notify_all()
 
+    def _notify(self, result: BenchmarkResult) -> None:
+        try:
+            self.on_stored(result)  # type: ignore[misc]
+        except Exception:  # noqa: BLE001 - progress is bookkeeping; the result is stored
+            log.exception("run %s: on_stored failed for task %s", self.run_id, result.task_id)
+
     def _write(self, batch: list[BenchmarkResult]) -> None:
         for attempt in range(self.retries + 1):
             try:
@@ -109,6 +127,10 @@ class ResultRecorder:
             except Exception as exc:  # noqa: BLE001 - the store could not be opened: all retried
                 errors = [exc] * len(batch)
             failures = [(result, error) for result, error in zip(batch, errors) if error is not None]
+            if self.on_stored is not None:
+                for result, error in zip(batch, errors):
+                    if error is None:
+                        self._notify(result)
             if not failures:
                 return
             if attempt == self.retries:

@@ -38,7 +38,9 @@ def test_results_from_many_threads_all_land_once(tmp_path: Path) -> None:
 def test_a_result_the_store_refuses_is_retried_then_named_and_the_others_land(tmp_path: Path) -> None:
     with ResultStore(tmp_path / "r.duckdb") as store:
         store.start_run(RunInfo(run_id="run", agent="scripted", suite="s"))
-        recorder = ResultRecorder(store, "run", retries=2, retry_seconds=0.01)
+        stored: list[str] = []
+        recorder = ResultRecorder(store, "run", retries=2, retry_seconds=0.01,
+                                  on_stored=lambda r: stored.append(r.task_id))
         bad = _result("dup")
         bad.steps.append(StepRecord(index=0, action=BenchmarkAction(type=ActionType.KEY, key="b")))
         recorder.record(_result("ok-1"))
@@ -48,6 +50,7 @@ def test_a_result_the_store_refuses_is_retried_then_named_and_the_others_land(tm
         assert [u.result.task_id for u in recorder.failed] == ["dup"]
         assert "duplicate step indexes" in recorder.failed[0].describe()
         assert sorted(r["task_id"] for r in store.results("run")) == ["ok-1", "ok-2"]
+        assert sorted(stored) == ["ok-1", "ok-2"]  # progress hears of stored results only
 
 
 def test_results_of_an_unknown_run_are_reported_not_lost_silently(tmp_path: Path) -> None:
