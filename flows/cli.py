@@ -33,10 +33,11 @@ from adapters.store.duckdb_store import ResultStore, StoreError
 # Exit status of `arena run` by run status: cron and CI see anything but a complete run as a failure.
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+EXIT_OVER_BUDGET = 4  # as a run stopped by its budget; `arena plan --max-cost` refusing too
 EXIT_INTERRUPTED = 130  # the shell's code for a process stopped by Ctrl-C (128 + SIGINT)
 EXIT_TERMINATED = 143  # and by SIGTERM (128 + SIGTERM): `kill`, `docker stop`, systemd
 RUN_EXIT_CODES: dict[str, int] = {
-    "completed": 0, "failed": EXIT_FAILED, "incomplete": 3, "budget_exhausted": 4, "cancelled": 5,
+    "completed": 0, "failed": EXIT_FAILED, "incomplete": 3, "budget_exhausted": EXIT_OVER_BUDGET, "cancelled": 5,
     "interrupted": EXIT_INTERRUPTED,
 }
 
@@ -202,6 +203,32 @@ def _tasks_list(args: argparse.Namespace) -> int:
     for domain, (n, inf) in counts.items():
         print(f"{domain:<22} {n:>5} {inf:>10}")
     print(f"{'total':<22} {sum(v[0] for v in counts.values()):>5} {sum(v[1] for v in counts.values()):>10}")
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from adapters.results.plan import make_plan
+    from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
+
+    suite = args.suite or bundled_suite_dir()
+    if not suite.is_dir():
+        raise ValueError(f"--suite {suite}: not a directory")
+    catalog = WAATaskCatalog(suite, difficulty=args.difficulty)
+    tasks = catalog.tasks(domains=args.domain or None, ids=args.task or None)
+    if not tasks:
+        raise ValueError(f"no task of {suite} matches the selection")
+    ids = [t.task_id for t in tasks]
+    expected: dict[str, float] = {}
+    costs: dict[str, float] = {}
+    if isinstance(args.db, str) or args.db.exists():  # no results file yet: nothing is known
+        with ResultStore(args.db, read_only=True) as store:
+            expected, costs = store.expected_seconds(ids, args.agent), store.expected_cost(ids, args.agent)
+    plan = make_plan(ids, expected, costs, args.pool_size, args.vm_hour_price)
+    print(plan.render())
+    if args.max_cost is not None and plan.cost_usd > args.max_cost:
+        print(f"refused: the estimated cost ${plan.cost_usd:.2f} is above --max-cost ${args.max_cost:.2f}",
+              file=sys.stderr)
+        return EXIT_OVER_BUDGET
     return 0
 
 
@@ -551,6 +578,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     # A string default goes through `_store` like a typed value (argparse does that).
     default_db = default_store_url() or "results/arena.duckdb"
+    plan = sub.add_parser("plan", help="estimated wall time and cost of a run, from recorded durations, before it starts")
+    plan.add_argument("--suite", type=Path, help="a WAA task directory (default: the bundled suite)")
+    plan.add_argument("--difficulty", choices=["normal", "hard"], default="normal")
+    plan.add_argument("--domain", action="append", help="only this domain (repeatable)")
+    plan.add_argument("--task", action="append", help="only this task id (repeatable)")
+    plan.add_argument("--agent", choices=AGENT_NAMES, default="scripted", help="whose recorded durations to prefer")
+    plan.add_argument("--pool-size", type=int, default=4, help="number of VMs (default 4)")
+    plan.add_argument("--vm-hour-price", type=float, default=0.0, help="USD per VM-hour (default 0)")
+    plan.add_argument("--max-cost", type=float, help="USD: exit 4 when the estimate is above it")
+    plan.add_argument("--db", type=_store, default=default_db, help=_DB_HELP)
+    plan.set_defaults(func=_plan)
+
     report = sub.add_parser("report", help="a run's metrics in the terminal, and a self-contained HTML report")
     report.add_argument("run", help="the run id (or 'latest')")
     report.add_argument("--db", type=_store, default=default_db, help=_DB_HELP)

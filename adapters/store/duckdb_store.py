@@ -861,14 +861,25 @@ class ResultStore:
         Infrastructure errors are left out (their time says nothing about the task). Tasks
         never run are absent from the result.
         """
+        return self._task_means("total_time_seconds", task_ids, agent)
+
+    def expected_cost(self, task_ids: list[str], agent: str | None = None) -> dict[str, float]:
+        """Mean model cost (USD) of each task's final attempts in earlier runs, as
+        `expected_seconds` (same agent preferred); tasks with no recorded cost are absent."""
+        return self._task_means("cost_usd", task_ids, agent)
+
+    def _task_means(self, column: str, task_ids: list[str], agent: str | None) -> dict[str, float]:
+        """Per task, the mean of a `latest_task_results` column over earlier runs' final
+        attempts (infrastructure errors left out), those of `agent` preferred."""
         if not task_ids:
             return {}
+        assert column in _RESULT_COLUMNS, column  # a fixed column name, never user input
         with self._session(write=False) as conn:
             rows = conn.execute(
-                """
+                f"""
                 SELECT l.task_id,
-                       avg(l.total_time_seconds) FILTER (WHERE r.agent = ?) AS same_agent,
-                       avg(l.total_time_seconds) AS any_agent
+                       avg(l.{column}) FILTER (WHERE r.agent = ?) AS same_agent,
+                       avg(l.{column}) AS any_agent
                 FROM latest_task_results l JOIN runs r USING (run_id)
                 WHERE l.task_id IN (SELECT unnest(?::VARCHAR[])) AND l.outcome <> ?
                 GROUP BY l.task_id
