@@ -232,6 +232,26 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    """Preflight checks, one line each; exit 1 when any fails."""
+    from prefect.settings import PREFECT_API_URL
+
+    from adapters.agents import AgentOptions
+    from flows.doctor import check_model, check_prefect, check_store, check_waa_server
+
+    options = AgentOptions(**{k: v for k, v in {
+        "model": args.model, "base_url": args.base_url, "api_key_env": args.api_key_env,
+    }.items() if v is not None})
+    checks = [check_store(args.db), *check_prefect(PREFECT_API_URL.value(), SERVED_DEPLOYMENTS)]
+    checks += [check_waa_server(url) for url in args.waa_url or []]
+    checks += check_model(args.agent, options) if args.agent else []
+    for check in checks:
+        print(check.line(), flush=True)
+    failed = [c for c in checks if not c.ok]
+    print(f"{len(checks) - len(failed)} of {len(checks)} checks passed")
+    return EXIT_FAILED if failed else 0
+
+
 def _probe(args: argparse.Namespace) -> int:
     from adapters.waa.client import WAAClient
     from adapters.waa.probe import format_probe, probe_server
@@ -578,6 +598,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     # A string default goes through `_store` like a typed value (argparse does that).
     default_db = default_store_url() or "results/arena.duckdb"
+    doctor = sub.add_parser("doctor", help="preflight checks with fixes: store, Prefect server and deployments, "
+                            "WAA servers, model endpoint")
+    doctor.add_argument("--db", type=_store, default=default_db, help=_DB_HELP)
+    doctor.add_argument("--waa-url", action="append", help="a WAA server to check (repeatable)")
+    doctor.add_argument("--agent", choices=AGENT_NAMES, help="check this agent's model endpoint and API key")
+    doctor.add_argument("--model", help="the model the endpoint must serve")
+    doctor.add_argument("--base-url", help="model API base URL (default: the vendor's)")
+    doctor.add_argument("--api-key-env", help="name of the environment variable holding the API key")
+    doctor.set_defaults(func=_doctor)
+
     plan = sub.add_parser("plan", help="estimated wall time and cost of a run, from recorded durations, before it starts")
     plan.add_argument("--suite", type=Path, help="a WAA task directory (default: the bundled suite)")
     plan.add_argument("--difficulty", choices=["normal", "hard"], default="normal")

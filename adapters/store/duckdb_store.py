@@ -105,6 +105,7 @@ import contextlib
 import datetime as dt
 import hashlib
 import json
+import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -581,6 +582,18 @@ class ResultStore:
         with self._session(write=False) as conn:
             row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
         return int(row[0])
+
+    def can_write(self) -> bool:
+        """Whether this user may add results: the file is writable, or the server grants INSERT
+        on the results tables. Writes nothing."""
+        if self._server_url is None:
+            assert self._path is not None
+            return os.access(self._path, os.W_OK)
+        with self._session(write=False) as conn:
+            row = conn.execute(
+                "SELECT has_table_privilege('task_results', 'INSERT') AND has_table_privilege('steps', 'INSERT')"
+            ).fetchone()
+        return bool(row[0])
 
     # --- runs -------------------------------------------------------------------------------
 

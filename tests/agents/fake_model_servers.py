@@ -96,6 +96,9 @@ class FakeModelServer:
         self.script: list[Reply] = list(script or [])
         self.requests: list[RecordedRequest] = []
         self.errors: list[str] = []  # callbacks that raised (answered as 500s)
+        # The model listing (GET /v1/models): the models served, and the key it accepts (None: any).
+        self.models: list[str] = ["gpt-test", "claude-test"]
+        self.accepted_key: str | None = None
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._httpd.daemon_threads = True
@@ -182,6 +185,25 @@ class FakeModelServer:
                 self.send_header("content-length", str(len(data)))
                 for name, value in headers.items():
                     self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:  # noqa: N802 - the model listing, as both APIs serve it
+                given = self.headers.get("x-api-key") or (self.headers.get("authorization") or "").removeprefix("Bearer ")
+                if self.path.split("?")[0] != "/v1/models":
+                    status, payload = 404, server._error_body(404, f"no route {self.path}")
+                elif server.accepted_key is not None and given != server.accepted_key:
+                    status, payload = 401, server._error_body(401, "invalid api key")
+                else:
+                    status = 200
+                    payload = {"object": "list", "data": [
+                        {"id": m, "object": "model", "type": "model", "created": 0, "owned_by": "test",
+                         "created_at": "2026-01-01T00:00:00Z", "display_name": m} for m in server.models],
+                        "has_more": False, "first_id": None, "last_id": None}
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
 

@@ -1,0 +1,146 @@
+"""`arena doctor`: preflight checks, one line each, with the fix when one fails.
+
+Checked: the results store (reachable, a schema this code reads, writable), the Prefect server
+when one is configured (reachable, the served deployments registered and not paused), each WAA
+server given (answers /probe), and the agent's model endpoint (its API key variable is set, the
+endpoint answers a model listing with that key). Nothing is written anywhere.
+
+Not checked yet (README, "What is not built yet"): cloud credentials, quotas, images and the
+controller's egress address.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from adapters.agents import AgentOptions
+from adapters.store.duckdb_store import SCHEMA_VERSION, ResultStore
+from adapters.store.errors import StoreError
+
+
+@dataclass(frozen=True)
+class Check:
+    """One preflight check's answer."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        """`ok    name: detail`, or `FAIL  name: detail` and the fix on the next line."""
+        text = f"{'ok  ' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
+        return text if self.ok or not self.fix else f"{text}\n        fix: {self.fix}"
+
+
+def check_store(location: Path | str) -> Check:
+    """The store can be opened, has a schema this code reads, and can be written."""
+    where = "team store" if isinstance(location, str) else "results store"
+    if isinstance(location, Path):
+        folder = location.parent if location.parent != Path("") else Path(".")
+        if not location.exists():
+            if folder.is_dir() and os.access(folder, os.W_OK):
+                return Check(where, True, f"{location} does not exist yet; the first run creates it")
+            return Check(where, False, f"cannot create {location}: {folder} is not a writable directory",
+                         "create the directory or pass --db a path you can write")
+    try:
+        with ResultStore(location, read_only=True) as store:
+            version, writable = store.schema_version(), store.can_write()
+    except StoreError as exc:
+        return Check(where, False, str(exc), "see the message: start the server, fix the credentials "
+                     "(PGPASSWORD or ~/.pgpass), or upgrade the package for a newer schema")
+    shown = location if isinstance(location, Path) else "the server"
+    if not writable:
+        return Check(where, False, f"{shown} is readable but this user may not add results",
+                     "grant INSERT on task_results and steps (PostgreSQL) or fix the file's permissions")
+    return Check(where, True, f"{shown} answers, schema version {version} (this code: {SCHEMA_VERSION}), writable")
+
+
+def check_prefect(api_url: str | None, deployments: list[str]) -> list[Check]:
+    """The configured Prefect server answers and the served deployments will run."""
+    if not api_url:
+        return [Check("prefect", True, "PREFECT_API_URL unset: arena run starts a local server on this machine")]
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from deployments.health import read_status
+
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
+            statuses = read_status(client, deployments)
+    except Exception as exc:  # noqa: BLE001 - an unreachable server is the answer here
+        return [Check("prefect", False, f"{api_url} does not answer: {type(exc).__name__}: {exc}",
+                      "start it (prefect server start) or correct PREFECT_API_URL")]
+    checks = [Check("prefect", True, f"{api_url} answers")]
+    for name, status in statuses.items():
+        if status is None:
+            checks.append(Check(f"deployment {name}", False, "not registered",
+                                "start `python -m deployments.serve` or run `prefect deploy --all`"))
+        elif status.paused:
+            checks.append(Check(f"deployment {name}", False, "PAUSED: its schedule and triggers start nothing",
+                                f"prefect deployment resume {name}"))
+        else:
+            checks.append(Check(f"deployment {name}", True, "active"))
+    return checks
+
+
+def check_waa_server(url: str) -> Check:
+    """A WAA server answers /probe."""
+    from adapters.waa.client import WAAClient
+
+    client = WAAClient(url)
+    try:
+        answers = client.probe()
+    finally:
+        client.close()
+    if answers:
+        return Check(f"WAA server {url}", True, "answers /probe")
+    return Check(f"WAA server {url}", False, "does not answer /probe",
+                 f"start its VM or server, open port 5000 to this host, or check it layer by layer: arena probe {url}")
+
+
+# Agents that call a model API, and which API.
+MODEL_BACKENDS = {"openai": "openai", "anthropic": "anthropic", "claude": "anthropic", "demo": None}
+DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+
+def check_model(agent: str, options: AgentOptions) -> list[Check]:
+    """The agent's API key variable is set and its endpoint lists models with that key."""
+    if agent not in MODEL_BACKENDS:
+        return []
+    backend = MODEL_BACKENDS[agent] or options.demo_backend
+    key_env = options.api_key_env or DEFAULT_KEY_ENV[backend]
+    key = os.environ.get(key_env) or None
+    name = f"model endpoint ({agent})"
+    needs_key = backend == "anthropic" or options.base_url is None
+    if key is None and needs_key:
+        return [Check(name, False, f"the API key variable {key_env} is unset or empty",
+                      f"export {key_env}=... (the key itself never goes on the command line)")]
+    try:
+        if backend == "openai":
+            import openai
+
+            client = openai.OpenAI(api_key=key or "EMPTY", base_url=options.base_url, max_retries=0, timeout=15)
+        else:
+            import anthropic
+
+            client = anthropic.Anthropic(api_key=key, base_url=options.base_url, max_retries=0, timeout=15)
+        models = [m.id for m in client.models.list()]
+    except Exception as exc:  # noqa: BLE001 - whatever failed is the answer; the key is never printed
+        detail = f"{client_url(backend, options.base_url)} did not list models: {type(exc).__name__}"
+        status = getattr(exc, "status_code", None)
+        fix = (f"check the key in {key_env}" if status in (401, 403)
+               else "check --base-url and that the server is up")
+        return [Check(name, False, detail + (f" (HTTP {status})" if status else ""), fix)]
+    detail = f"{client_url(backend, options.base_url)} answers with {key_env if key else 'no key'}"
+    if options.model and models and options.model not in models:
+        return [Check(name, False, f"{detail}, but it does not serve model {options.model!r}",
+                      f"pick one of: {', '.join(models[:10])}")]
+    return [Check(name, True, detail + (f", serves {options.model}" if options.model else ""))]
+
+
+def client_url(backend: str, base_url: str | None) -> str:
+    """The endpoint as shown to the user."""
+    return base_url or ("https://api.openai.com/v1" if backend == "openai" else "https://api.anthropic.com")
