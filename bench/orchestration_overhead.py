@@ -48,7 +48,15 @@ def main() -> None:
         started = time.monotonic()
         outcome = run_suite(config)
         wall = time.monotonic() - started
-        flow_run_id, task_runs = _task_runs(db)
+        # Task-run states reach the server as events, recorded a moment later: wait until every
+        # task's run has ended there (and no event is left to flush when the server stops).
+        deadline = time.monotonic() + 30
+        while True:
+            flow_run_id, task_runs = _task_runs(db)
+            ended = {tr.name.split("/")[-1] for tr in task_runs}
+            if len(ended) >= len(outcome.results) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         with duckdb.connect(str(db), read_only=True) as con:
             rows = con.execute(
                 """SELECT task_id, total_time_seconds,
