@@ -40,6 +40,7 @@ from adapters.results.source import latest_completed_run as stored_latest_comple
 from adapters.store.duckdb_store import agent_config_hash
 from adapters.vms.base import ResetLevel
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
+from adapters.waa.settle import SettleChoice
 from flows.bookkeeping import best_effort
 from flows.evaluate_suite import run_suite
 from flows.run_config import SuiteRunConfig
@@ -80,7 +81,7 @@ class Baseline(BaseModel):
     episode_timeout_seconds: float = Field(default=1200.0, gt=0)
     # The wait after each action ("adaptive" or fixed seconds; None: the provider's default). A
     # baseline pins it so a change of default does not move its numbers.
-    settle: float | Literal["adaptive"] | None = None
+    settle: SettleChoice | None = None
     db_path: Path = Path("results/arena.duckdb")
     store_url: str | None = None  # the team store (PostgreSQL URL, no password); None: $ARENA_STORE_URL
     artifacts_dir: Path = Path("results/artifacts")

@@ -363,15 +363,12 @@ def _store(value: str) -> Path | str:
 
 def _settle(value: str) -> float | str:
     """A --settle value: "adaptive" or a fixed pause in seconds (>= 0)."""
-    if value == "adaptive":
-        return value
+    from adapters.waa.settle import settle_choice
+
     try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'adaptive' or a number of seconds, got {value!r}") from None
-    if not seconds >= 0:
-        raise argparse.ArgumentTypeError(f"a fixed pause must be >= 0 seconds, got {value!r}")
-    return seconds
+        return settle_choice(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def write_run_report(

@@ -27,7 +27,7 @@ from adapters.vms.base import ResetLevel
 from adapters.vms.existing import DEFAULT_SERVER_WAIT_SECONDS
 from adapters.vms.registry import PROVIDERS, ProviderSettings, build_provider
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
-from adapters.waa.settle import SettlePolicy
+from adapters.waa.settle import SettleChoice, SettlePolicy, choose_policy
 from flows.attempt import DEFAULT_STAGE_TIMEOUTS, validate_stage_timeouts
 from flows.summary import RunCompleteness
 
@@ -106,7 +106,7 @@ class SuiteRunConfig(BaseModel):
     # adapters/waa/settle.py), a fixed pause in seconds (WAA's runner: 3), or None for the
     # provider's default (adaptive on real VMs, none on the simulation, which acts at once).
     # Benchmarks use a fixed pause to simulate per-step latency.
-    settle: float | Literal["adaptive"] | None = None
+    settle: SettleChoice | None = None
     db_path: Path = Path("results/arena.duckdb")
     # The team store (a PostgreSQL URL without its password; default $ARENA_STORE_URL): when set,
     # results go there instead of `db_path`, from this controller and from every shard host.
@@ -131,18 +131,9 @@ class SuiteRunConfig(BaseModel):
     shard_deployment: str = "evaluate-shard/shard"
     shard_start_timeout_seconds: float = Field(default=900.0, gt=0)
 
-    @field_validator("settle")
-    @classmethod
-    def _settle_not_negative(cls, value: float | str | None) -> float | str | None:
-        if isinstance(value, float) and value < 0:
-            raise ValueError(f"settle must be 'adaptive' or seconds >= 0, got {value:g}")
-        return value
-
     def settle_policy(self, provider_default: SettlePolicy) -> SettlePolicy:
         """The wait after each action this run uses, given its provider's default."""
-        if self.settle is None:
-            return provider_default
-        return SettlePolicy() if self.settle == "adaptive" else SettlePolicy.fixed(float(self.settle))
+        return choose_policy(self.settle, provider_default)
 
     @field_validator("store_url")
     @classmethod

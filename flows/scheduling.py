@@ -44,12 +44,6 @@ class Budget(Protocol):
     def add(self, result: BenchmarkResult) -> None: ...
 
 
-class Progress(Protocol):
-    """The run's live progress as the core sees it (flows/progress.py `RunProgress`)."""
-
-    def recorded(self, result: BenchmarkResult) -> None: ...
-
-
 class WorkQueue:
     """The tasks left to start, and how many are running: lanes share one.
 
@@ -130,14 +124,13 @@ def longest_first(tasks: list[BenchmarkTask], expected_seconds: dict[str, float]
 
 @dataclass(frozen=True)
 class Schedule:
-    """What every lane of one pool shares: the queue, the pool, the attempt limit, the budget
-    and the progress (the last two optional)."""
+    """What every lane of one pool shares: the queue, the pool, the attempt limit and the
+    budget (optional). Live progress hears of results from the recorder, once stored."""
 
     work: WorkQueue
     pool: VMPool
     max_attempts: int
     budget: Budget | None = None
-    progress: Progress | None = None
 
 
 # One attempt of a task on a leased VM, with its attempt number: never raises for the task's
@@ -145,23 +138,17 @@ class Schedule:
 AttemptFn = Callable[[BenchmarkTask, VMHandle, int], BenchmarkResult]
 
 
-def _no_stored_attempts(task_id: str) -> int:
-    return 1
-
-
 @dataclass(frozen=True)
 class AttemptHooks:
     """What `attempt_loop` needs from its surroundings.
 
     `attempt` runs one attempt; `record` stores its result (called before the VM goes back to
-    the pool); `logger` gets the warnings; `next_attempt` is the first attempt number not yet
-    stored for a task (a resumed run continues after the attempts it already has).
+    the pool); `logger` gets the warnings.
     """
 
     attempt: AttemptFn
     record: Callable[[BenchmarkResult], None]
     logger: Logger
-    next_attempt: Callable[[str], int] = _no_stored_attempts
 
 
 def attempt_loop(task: BenchmarkTask, schedule: Schedule, hooks: AttemptHooks) -> BenchmarkResult | None:
@@ -169,15 +156,14 @@ def attempt_loop(task: BenchmarkTask, schedule: Schedule, hooks: AttemptHooks) -
 
     Every attempt is recorded as it finishes; an infrastructure failure hands the VM back as
     unhealthy (the pool replaces it) and the next attempt runs on another VM. Attempt numbers
-    continue after those already stored for the task (`hooks.next_attempt`), and start no lower
-    than the queue's first attempt for it (a shard: the earlier attempts are in its controller's
-    file). No retry starts once the budget is exhausted. Returns the last attempt's result;
+    start at the queue's first attempt for the task (`WorkQueue.first_attempt`: after those a
+    resumed run or a shard's controller already stored). No retry starts once the budget is exhausted. Returns the last attempt's result;
     None if the budget or an empty pool stopped the task before its first attempt, or if the
     stop abandoned the attempt (then nothing is recorded).
     """
-    work, pool, budget, progress = schedule.work, schedule.pool, schedule.budget, schedule.progress
+    work, pool, budget = schedule.work, schedule.pool, schedule.budget
     result: BenchmarkResult | None = None
-    first = max(hooks.next_attempt(task.task_id), work.first_attempt(task.task_id) or 1)
+    first = work.first_attempt(task.task_id) or 1
     for attempt in range(first, first + schedule.max_attempts):
         if budget is not None and budget.exhausted():
             break
@@ -203,8 +189,6 @@ def attempt_loop(task: BenchmarkTask, schedule: Schedule, hooks: AttemptHooks) -
             lease.__exit__(None, None, None)
         if budget is not None:
             budget.add(result)
-        if progress is not None:
-            progress.recorded(result)
         if not result.outcome.is_retryable:
             break
     return result

@@ -27,8 +27,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Annotated
 
 from PIL import Image, ImageChops
+from pydantic import BeforeValidator
 
 from adapters.benchmark import ActionType
 
@@ -86,6 +88,31 @@ class SettlePolicy:
         if self.fixed_seconds is not None:
             return f"fixed {self.fixed_seconds:g} s"
         return f"adaptive (quiet {self.quiet_seconds:g} s, cap {self.cap_seconds:g} s)"
+
+
+def settle_choice(value: object) -> float | str:
+    """A user's settle setting: "adaptive", or a fixed pause in seconds (a number or its text,
+    >= 0). ValueError names what is wrong. The CLI, run configurations and baselines use it."""
+    if value == "adaptive":
+        return "adaptive"
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"expected 'adaptive' or a number of seconds, got {value!r}") from None
+    if not seconds >= 0:  # also refuses NaN
+        raise ValueError(f"a fixed pause must be >= 0 seconds, got {value!r}")
+    return seconds
+
+
+SettleChoice = Annotated[float | str, BeforeValidator(settle_choice)]
+"""A pydantic field type for a settle setting (see `settle_choice`)."""
+
+
+def choose_policy(choice: float | str | None, default: SettlePolicy) -> SettlePolicy:
+    """The policy for a settle setting; None means `default` (the provider's)."""
+    if choice is None:
+        return default
+    return SettlePolicy() if choice == "adaptive" else SettlePolicy.fixed(float(choice))
 
 
 @dataclass(frozen=True)

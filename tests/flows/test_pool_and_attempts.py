@@ -273,15 +273,15 @@ def test_attempt_loop_retries_infrastructure_errors_on_another_vm_recording_each
 
     pool = VMPool(_InstantProvider(), size=2, run_id="core")
     pool.provision()
-    schedule = Schedule(work=WorkQueue([]), pool=pool, max_attempts=3)
+    # A resumed run: attempts 1-3 are stored.
+    schedule = Schedule(work=WorkQueue([], first_attempts={"t": 4}), pool=pool, max_attempts=3)
     recorded: list[tuple[int, str | None, bool]] = []  # attempt, VM, whether the VM was still leased
 
     def record(result: BenchmarkResult) -> None:
         leased = result.vm_id in {vm.vm_id for vm in pool.vms()} - {vm.vm_id for vm in pool._free}
         recorded.append((result.attempt, result.vm_id, leased))
 
-    hooks = AttemptHooks(attempt=_scripted_attempt({("t", 4)}), record=record, logger=logging.getLogger("test"),
-                         next_attempt=lambda task_id: 4)  # a resumed run: attempts 1-3 are stored
+    hooks = AttemptHooks(attempt=_scripted_attempt({("t", 4)}), record=record, logger=logging.getLogger("test"))
     result = attempt_loop(_task("t"), schedule, hooks)
     pool.teardown()
     assert result is not None and result.outcome is OutcomeKind.SUCCESS and result.attempt == 5
