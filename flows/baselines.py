@@ -74,6 +74,9 @@ class Baseline(BaseModel):
     provider: str = "local"  # a name in adapters/vms/registry.py PROVIDERS (checked by SuiteRunConfig)
     reset_level: ResetLevel = ResetLevel.SNAPSHOT
     cloud_config: Path | None = None
+    # aws/azure: run on this warm pool (`arena pool up`), stopped after the run: a nightly
+    # then begins in minutes instead of a cold pool's 15-40.
+    warm_pool: str | None = None
     waa_urls: list[str] = Field(default_factory=list)
     quirks: bool = False
     max_steps: int = Field(default=15, ge=1)
@@ -211,6 +214,7 @@ def baseline_config(baseline: Baseline, run_id: str | None = None) -> SuiteRunCo
         pool_size=baseline.pool_size,
         provider=baseline.provider,
         cloud_config=baseline.cloud_config,
+        warm_pool=baseline.warm_pool,
         quirks=baseline.quirks,
         waa_urls=baseline.waa_urls,
         reset_level=baseline.reset_level,
@@ -355,6 +359,8 @@ def evaluate_model_update(
     baseline: str = DEFAULT_BASELINE,
     baselines_file: str = DEFAULT_BASELINES_FILE,
     run_baseline_if_missing: bool = True,
+    export_failures: str | None = None,
+    export_format: Literal["trajectories", "sft"] = "trajectories",
 ) -> RunComparison:
     """Evaluate a new model with a baseline's agent and suite, and compare it with the baseline.
 
@@ -364,6 +370,11 @@ def evaluate_model_update(
     `run_baseline_if_missing` is false, then the flow fails). The comparison (per-domain rates
     with intervals, flips, and the exact McNemar verdict) is published as the markdown artifact
     `model-update-<baseline>` (one version per evaluated model).
+
+    With `export_failures` (a directory), the new run's failed episodes (agent failures and
+    timeouts: the model's own) are exported there as `<dir>/<new run id>` in `export_format`
+    for the next training round, and the artifact links the export. Held-out tasks are never
+    exported (the artifact says so instead).
     """
     logger = get_run_logger()
     file = resolve_baselines_file(baselines_file)
@@ -397,6 +408,8 @@ def evaluate_model_update(
     )
     title = f"{model} vs baseline {chosen.name}" + (f" (checkpoint {checkpoint})" if checkpoint else "")
     markdown = comparison_markdown(comparison, title)
+    if export_failures:
+        markdown += "\n\n" + _export_failures(new_config, new_run_id, Path(export_failures), export_format)
     best_effort(
         "publishing the comparison artifact",
         lambda: create_markdown_artifact(
@@ -408,3 +421,24 @@ def evaluate_model_update(
     logger.info("verdict: %s (p = %s)", comparison.verdict, comparison.p_value)
     logger.info("comparison\n%s", markdown)
     return comparison
+
+
+def _export_failures(config: SuiteRunConfig, run_id: str, directory: Path, fmt: str) -> str:
+    """Export the run's failed episodes for training; the markdown line the artifact shows."""
+    from adapters.benchmark import OutcomeKind
+    from adapters.training.export import export_training
+    from adapters.training.selection import EpisodeFilter
+    from adapters.training.suites import held_out_dirs
+
+    logger = get_run_logger()
+    target = (directory / run_id).resolve()
+    selection = EpisodeFilter(run_ids=[run_id], outcomes=[OutcomeKind.AGENT_FAILURE, OutcomeKind.TIMEOUT])
+    try:
+        summary = export_training(config.store_location, selection, fmt, target,  # type: ignore[arg-type]
+                                  held_out=held_out_dirs(), overwrite=True)
+    except ValueError as exc:  # nothing failed, or held-out tasks: said, not fatal to the comparison
+        logger.warning("failures of %s not exported: %s", run_id, exc)
+        return f"**Failures not exported**: {exc}"
+    logger.info("exported %d failed episode(s) of %s to %s", summary.episodes, run_id, target)
+    return (f"**Failures exported for training**: {summary.episodes} episode(s), {summary.steps} step(s) as "
+            f"`{fmt}` -> [{target}]({target.as_uri()}) (manifest: `{target / 'manifest.json'}`)")

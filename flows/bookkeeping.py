@@ -53,15 +53,17 @@ def best_effort(what: str, call: Callable[[], T], retry_for: float = RETRY_SECON
 
 
 @contextmanager
-def pool_slots(name: str, occupy: int, lease_seconds: float = 300.0) -> Iterator[None]:
+def pool_slots(name: str, occupy: int, lease_seconds: float = 300.0,
+               timeout_seconds: float | None = None) -> Iterator[None]:
     """Hold `occupy` slots of the strict global concurrency limit `name` while the block runs.
 
-    Taking the slots must succeed (a missing limit fails loudly). Renewing their lease and
+    Taking the slots must succeed (a missing limit fails loudly; TimeoutError when they are not
+    free within `timeout_seconds`, if given). Renewing their lease and
     releasing them are bookkeeping: a renewal that fails does not stop the run, and a release
     that fails is logged; the lease then expires by itself after `lease_seconds`.
     """
     slots = concurrency(name, occupy=occupy, strict=True, lease_duration=lease_seconds,
-                        raise_on_lease_renewal_failure=False)
+                        timeout_seconds=timeout_seconds, raise_on_lease_renewal_failure=False)
     slots.__enter__()
     try:
         yield

@@ -2,37 +2,23 @@
 
 Checked: the results store (reachable, a schema this code reads, writable), the Prefect server
 when one is configured (reachable, the served deployments registered and not paused), each WAA
-server given (answers /probe), and the agent's model endpoint (its API key variable is set, the
-endpoint answers a model listing with that key). Nothing is written anywhere.
-
-Not checked yet (README, "What is not built yet"): cloud credentials, quotas, images and the
-controller's egress address.
+server given (answers /probe), the agent's model endpoint (its API key variable is set, the
+endpoint answers a model listing with that key), and with --provider aws|azure the cloud
+(credentials, sizes and quota, image and its tags, the controller's egress address inside
+controller_cidr, a warm pool's ports). Nothing is written or created anywhere.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from adapters.agents import AgentOptions
+from adapters.checks import Check
 from adapters.store.duckdb_store import SCHEMA_VERSION, ResultStore
 from adapters.store.errors import StoreError
-
-
-@dataclass(frozen=True)
-class Check:
-    """One preflight check's answer."""
-
-    name: str
-    ok: bool
-    detail: str
-    fix: str = ""
-
-    def line(self) -> str:
-        """`ok    name: detail`, or `FAIL  name: detail` and the fix on the next line."""
-        text = f"{'ok  ' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
-        return text if self.ok or not self.fix else f"{text}\n        fix: {self.fix}"
+from adapters.vms.base import VMProvider
+from adapters.vms.cloud_checks import DEFAULT_EGRESS_URL, aws_checks, azure_checks, check_egress, check_ports
 
 
 def check_store(location: Path | str) -> Check:
@@ -144,3 +130,44 @@ def check_model(agent: str, options: AgentOptions) -> list[Check]:
 def client_url(backend: str, base_url: str | None) -> str:
     """The endpoint as shown to the user."""
     return base_url or ("https://api.openai.com/v1" if backend == "openai" else "https://api.anthropic.com")
+
+
+def check_cloud(provider_name: str, cloud_config: Path | None, pool_size: int, warm_pool: str | None = None,
+                egress_url: str = DEFAULT_EGRESS_URL, provider: VMProvider | None = None) -> list[Check]:
+    """The cloud checks of `provider_name` (adapters/vms/cloud_checks.py): credentials, sizes and
+    quota, image, the controller's egress address against controller_cidr, and, given a warm pool,
+    that its running VMs accept connections on the ports this product uses. `provider` is a test
+    hook (a provider built with test endpoints); otherwise it is built from the cloud config."""
+    from adapters.vms.registry import ProviderSettings, build_provider
+    from adapters.vms.warm_pool import pool_resource_id
+
+    if provider is None:
+        run_id = pool_resource_id(warm_pool) if warm_pool else "doctor"
+        try:
+            provider = build_provider(provider_name, ProviderSettings(run_id=run_id, cloud_config=cloud_config))
+        except ValueError as exc:
+            return [Check("cloud config", False, str(exc), "see docs/first-real-run.md for a complete [aws] / "
+                          "[azure] section")]
+    try:
+        settings = provider.settings  # type: ignore[attr-defined]
+        checks = [Check("cloud config", True, f"[{provider_name}] section read")]
+        checks += (aws_checks if provider_name == "aws" else azure_checks)(provider, pool_size)
+        checks.append(check_egress(settings.controller_cidr, egress_url))
+        if warm_pool:
+            tunnel = getattr(settings, "access", "cidr") == "tunnel"
+            ports = {"ssh": getattr(settings, "ssh_port", 22)} if tunnel else {
+                "ssh": getattr(settings, "ssh_port", 22), "WAA": settings.waa_port, "QMP": settings.qmp_port,
+                "DevTools": settings.devtools_port}
+            try:
+                vms = provider.list_vms()
+            except Exception as exc:  # noqa: BLE001 - the answer is the check
+                checks.append(Check(f"warm pool {warm_pool}", False, f"cannot list its VMs: {exc}",
+                                    "check the credentials and the cloud config"))
+            else:
+                if not vms:
+                    checks.append(Check(f"warm pool {warm_pool}", False, "has no VMs",
+                                        f"arena pool up --provider {provider_name} --name {warm_pool} --size N"))
+                checks += check_ports(vms, ports)
+        return checks
+    finally:
+        provider.close()

@@ -37,6 +37,7 @@ from adapters.benchmark import BenchmarkResult
 from adapters.store.duckdb_store import ResultStore, selection_change
 from adapters.vms.janitor import sweep_run
 from adapters.vms.registry import build_provider
+from adapters.vms.warm_pool import WarmPool
 from adapters.waa.catalog import WAATaskCatalog
 from flows.bookkeeping import best_effort
 from flows.budget import RunBudget
@@ -75,7 +76,12 @@ def _delete_run_resources(flow: Any, run: Any, state: Any) -> None:
         return
     provider = build_provider(config.provider, config.provider_settings(config.run_id))
     try:
-        if provider.owns_cloud_resources:
+        if config.warm_pool:
+            # The pool's VMs are kept for the next run, but must not go on billing.
+            states = WarmPool(provider, config.warm_pool).down()
+            get_run_logger().warning("run %s ended early; warm pool %s stopped (%d VM(s))", config.run_id,
+                                     config.warm_pool, len(states))
+        elif provider.owns_cloud_resources:
             report = sweep_run(provider, config.run_id)
             get_run_logger().warning("run %s ended early; %s", config.run_id, report.summary())
     finally:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-from prefect.exceptions import ObjectNotFound, TerminationSignal
+from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound, TerminationSignal
 from prefect.states import Completed, State
 
 from adapters.agents import AgentOptions, build_agent
@@ -54,6 +54,7 @@ from adapters.store.recorder import ResultRecorder
 from adapters.vms.base import ProviderError, VMHandle, VMProvider
 from adapters.vms.janitor import sweep_run
 from adapters.vms.pool import VMPool
+from adapters.vms.warm_pool import pool_resource_id
 from adapters.waa.catalog import WAATaskCatalog
 from adapters.waa.live import LiveAdapterSettings
 from flows.attempt import AttemptContext, run_attempt
@@ -119,6 +120,41 @@ def _pool_concurrency_limit(name: str, size: int) -> Iterator[str]:
         yield name
     finally:
         best_effort(f"removing concurrency limit {name!r}", lambda: _delete_limit(name))
+
+
+class WarmPoolBusy(RuntimeError):
+    """Another run holds the warm pool this run was told to use."""
+
+
+def warm_pool_limit_name(pool: str) -> str:
+    """The global concurrency limit (one slot) that one run at a time holds on warm pool `pool`."""
+    return f"warm-pool-{pool}"
+
+
+@contextmanager
+def warm_pool_lease(pool: str, wait_seconds: float) -> Iterator[None]:
+    """Hold the one lease on warm pool `pool` while the block runs (two runs on the same VMs
+    would reset each other's tasks); WarmPoolBusy when another run keeps it past `wait_seconds`.
+
+    The lease is a Prefect global concurrency slot (limit 1, made on first use, shown in the UI
+    under its name) with a 60 s lease that the holder renews: a controller killed with SIGKILL
+    frees the pool within about a minute.
+    """
+    name = warm_pool_limit_name(pool)
+    with get_client(sync_client=True) as client:
+        try:
+            client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
+        except ObjectAlreadyExists:
+            pass
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(pool_slots(name, 1, lease_seconds=60.0, timeout_seconds=max(wait_seconds, 1.0)))
+        except TimeoutError:
+            raise WarmPoolBusy(
+                f"warm pool {pool!r} is in use by another run (concurrency limit {name!r} is taken); wait for it, "
+                "raise warm_pool_wait_seconds, or use another pool"
+            ) from None
+        yield
 
 
 def _delete_limit(name: str) -> None:
@@ -230,63 +266,93 @@ def evaluate_on_pool(request: PoolRunRequest, todo: list[BenchmarkTask]) -> list
     if not todo or r.budget.exhausted():
         provider.close()
         return []
+    if config.warm_pool:
+        return _on_warm_pool(r, todo)
     resources = resource_id(r.run_id, r.shard)
     label = r.run_id[-6:] if r.shard is None else f"{r.run_id[-6:]}-s{r.shard}"
     pool = VMPool(provider, size=min(config.pool_size, len(todo)), run_id=label)
-    r.budget.pool = pool
     try:
-        with tempfile.TemporaryDirectory(prefix="waa-cache-") as cache_dir:
-            ctx = AttemptContext(
-                provider=provider,
-                catalog=r.catalog,
-                agent_factory=lambda: build_agent(config.agent, r.agent_options),
-                reset_level=config.reset_level,
-                limits=EpisodeLimits(max_steps=config.max_steps, wall_clock_seconds=config.episode_timeout_seconds),
-                cache_dir=Path(cache_dir),
-                artifacts_dir=config.artifacts_dir / r.run_id,
-                adapter_settings=LiveAdapterSettings(settle=config.settle_policy(provider.settle)),
-                stage_timeouts=config.stage_timeouts,
-            )
-            try:
-                provision_pool(pool)
-            except ProviderError as exc:
-                # No VM came up: the run ends incomplete with every task missing, not a crash.
-                _report_pool_problems(pool, r.problems, f"no VM of the pool came up: {exc}")
-                return []
-            expected = r.expected_seconds
-            if expected is None:
-                expected = r.store.expected_seconds([t.task_id for t in todo], config.agent)
-            # Attempt numbers continue after those stored (a resumed run) and after the ones a
-            # shard's controller holds: read once here, not once per task.
-            first_attempts = r.store.next_attempts(r.run_id)
-            for task_id, number in (r.first_attempts or {}).items():
-                first_attempts[task_id] = max(number, first_attempts.get(task_id, 1))
-            lanes = Lanes(
-                work=WorkQueue(longest_first(todo, expected), first_attempts),
-                pool=pool,
-                attempt=ctx,
-                # Progress counts a result once it is stored, as reports will show it.
-                recorder=ResultRecorder(r.store, r.run_id, on_stored=r.progress.recorded if r.progress else None),
-                max_attempts=config.max_attempts,
-                budget=r.budget,
-            )
-            try:
-                with _pool_concurrency_limit(f"waa-pool-{resources}", pool.size) as limit_name:
-                    with pool_slots(limit_name, pool.size):
-                        futures = [run_lane.submit(lane, lanes) for lane in range(pool.size)]
-                        try:
-                            by_id = {result.task_id: result for f in futures for result in f.result()}
-                        except (KeyboardInterrupt, TerminationSignal) as stop:
-                            _stop_lanes(lanes, futures, stop)
-                            raise
-            finally:
-                _close_recorder(lanes.recorder, r.problems)
-            _report_pool_problems(pool, r.problems)
-        return [by_id[t.task_id] for t in todo if t.task_id in by_id]
+        return _evaluate(r, pool, todo, resources)
     finally:
         pool.teardown()
         provider_leftovers(provider, resources, get_run_logger())
         provider.close()
+
+
+def _on_warm_pool(r: PoolRunRequest, todo: list[BenchmarkTask]) -> list[BenchmarkResult]:
+    """The run on the warm pool's VMs, holding the pool's one lease: VMs are started (or made)
+    by name, and stopped, not deleted, at the end. A pool another run holds ends this run
+    incomplete with that reason, before any VM is touched."""
+    config, provider = r.config, r.provider
+    name = str(config.warm_pool)
+    pool = VMPool(provider, size=min(config.pool_size, len(todo)), run_id=pool_resource_id(name), keep_vms=True)
+    try:
+        with warm_pool_lease(name, config.warm_pool_wait_seconds):
+            try:
+                return _evaluate(r, pool, todo, f"{pool_resource_id(name)}-{r.run_id[-6:]}")
+            finally:
+                pool.teardown()
+    except WarmPoolBusy as exc:
+        r.problems.append(str(exc))
+        get_run_logger().error("%s", exc)
+        return []
+    finally:
+        provider.close()
+
+
+def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[BenchmarkTask], resources: str) -> list[BenchmarkResult]:
+    """Provision `pool` and run every task in lanes under a concurrency limit named after
+    `resources`; the caller tears the pool down."""
+    config, provider = r.config, r.provider
+    r.budget.pool = pool
+    with tempfile.TemporaryDirectory(prefix="waa-cache-") as cache_dir:
+        ctx = AttemptContext(
+            provider=provider,
+            catalog=r.catalog,
+            agent_factory=lambda: build_agent(config.agent, r.agent_options),
+            reset_level=config.reset_level,
+            limits=EpisodeLimits(max_steps=config.max_steps, wall_clock_seconds=config.episode_timeout_seconds),
+            cache_dir=Path(cache_dir),
+            artifacts_dir=config.artifacts_dir / r.run_id,
+            adapter_settings=LiveAdapterSettings(settle=config.settle_policy(provider.settle)),
+            stage_timeouts=config.stage_timeouts,
+        )
+        try:
+            provision_pool(pool)
+        except ProviderError as exc:
+            # No VM came up: the run ends incomplete with every task missing, not a crash.
+            _report_pool_problems(pool, r.problems, f"no VM of the pool came up: {exc}")
+            return []
+        expected = r.expected_seconds
+        if expected is None:
+            expected = r.store.expected_seconds([t.task_id for t in todo], config.agent)
+        # Attempt numbers continue after those stored (a resumed run) and after the ones a
+        # shard's controller holds: read once here, not once per task.
+        first_attempts = r.store.next_attempts(r.run_id)
+        for task_id, number in (r.first_attempts or {}).items():
+            first_attempts[task_id] = max(number, first_attempts.get(task_id, 1))
+        lanes = Lanes(
+            work=WorkQueue(longest_first(todo, expected), first_attempts),
+            pool=pool,
+            attempt=ctx,
+            # Progress counts a result once it is stored, as reports will show it.
+            recorder=ResultRecorder(r.store, r.run_id, on_stored=r.progress.recorded if r.progress else None),
+            max_attempts=config.max_attempts,
+            budget=r.budget,
+        )
+        try:
+            with _pool_concurrency_limit(f"waa-pool-{resources}", pool.size) as limit_name:
+                with pool_slots(limit_name, pool.size):
+                    futures = [run_lane.submit(lane, lanes) for lane in range(pool.size)]
+                    try:
+                        by_id = {result.task_id: result for f in futures for result in f.result()}
+                    except (KeyboardInterrupt, TerminationSignal) as stop:
+                        _stop_lanes(lanes, futures, stop)
+                        raise
+        finally:
+            _close_recorder(lanes.recorder, r.problems)
+        _report_pool_problems(pool, r.problems)
+    return [by_id[t.task_id] for t in todo if t.task_id in by_id]
 
 
 def _close_recorder(recorder: ResultRecorder, problems: list[str]) -> None:

@@ -26,6 +26,7 @@ from adapters.store.postgres import is_server_location
 from adapters.vms.base import ResetLevel
 from adapters.vms.existing import DEFAULT_SERVER_WAIT_SECONDS
 from adapters.vms.registry import PROVIDERS, ProviderSettings, build_provider
+from adapters.vms.warm_pool import DEFAULT_POOL_TTL_HOURS, pool_resource_id
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from adapters.waa.settle import SettleChoice, SettlePolicy, choose_policy
 from flows.attempt import DEFAULT_STAGE_TIMEOUTS, validate_stage_timeouts
@@ -77,6 +78,11 @@ class SuiteRunConfig(BaseModel):
     pool_size: int = Field(default=4, ge=1, le=64)
     provider: str = "local"  # a name in adapters/vms/registry.py PROVIDERS
     cloud_config: Path | None = None  # aws/azure: TOML settings file (else $ARENA_CONFIG / ./arena.toml)
+    # aws/azure: run on this warm pool's VMs (adapters/vms/warm_pool.py), started if stopped and
+    # stopped, not deleted, at the end; one run at a time holds a warm pool.
+    warm_pool: str | None = None
+    # How long to wait for another run to release the warm pool before giving up.
+    warm_pool_wait_seconds: float = Field(default=0.0, ge=0)
     quirks: bool = False  # local provider: reproduce a real WAA server's quirks
     # local provider with quirks: override quirks-mode knobs (adapters/waa/localenv/quirks.py)
     quirk_settings: dict[str, Any] | None = None
@@ -166,8 +172,20 @@ class SuiteRunConfig(BaseModel):
         PROVIDERS.lookup(value)  # UnknownName (a ValueError) lists the known providers
         return value
 
+    @field_validator("warm_pool")
+    @classmethod
+    def _pool_name(cls, value: str | None) -> str | None:
+        if value is not None:
+            pool_resource_id(value)  # ValueError naming the rule
+        return value
+
     @model_validator(mode="after")
     def _provider_fits(self) -> SuiteRunConfig:
+        if self.warm_pool is not None:
+            if self.provider not in ("aws", "azure"):
+                raise ValueError(f"warm_pool {self.warm_pool!r} needs provider 'aws' or 'azure', not {self.provider!r}")
+            if self.shards:
+                raise ValueError("a warm pool serves one controller: run without shards, or give each its own pool")
         if self.quirk_settings is not None and not (self.provider == "local" and self.quirks):
             raise ValueError("quirk_settings need provider 'local' with quirks=True")
         if self.provider == "existing":
@@ -198,9 +216,11 @@ class SuiteRunConfig(BaseModel):
         return self
 
     def provider_settings(self, run_id: str) -> ProviderSettings:
-        """What the configured provider is built from (`resource_id` tags its cloud resources)."""
+        """What the configured provider is built from (`run_id` tags its cloud resources; on a
+        warm pool the pool's id does, and the pool's TTL sets their expiry)."""
         return ProviderSettings(
-            run_id=run_id,
+            run_id=pool_resource_id(self.warm_pool) if self.warm_pool else run_id,
+            ttl_hours=DEFAULT_POOL_TTL_HOURS if self.warm_pool else None,
             cloud_config=self.cloud_config,
             waa_urls=list(self.waa_urls),
             server_wait_seconds=self.server_wait_seconds,

@@ -5,7 +5,8 @@ QEMU. Everything this provider creates carries the product's tags (base.Resource
 janitor can find and delete leftovers:
 
 - the instance and its volume(s) (TagSpecifications at launch),
-- one security group per run, open only to `controller_cidr` on 22 / WAA / QMP / DevTools,
+- one security group per run, open only to `controller_cidr` on 22 / WAA / QMP / DevTools
+  (with `access="tunnel"` on SSH only: the other three are forwarded through an OpenSSH tunnel),
 - optionally one Elastic IP per VM.
 
 Creation is idempotent by name: the instance carries a deterministic Name and VM-id tag, and a
@@ -31,13 +32,16 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from adapters.vms.base import (
+    TAG_EXPIRES_AT,
     TAG_MANAGED,
     TAG_RUN_ID,
+    Billing,
     CapacityError,
     OwnedResource,
     ProviderError,
@@ -45,8 +49,10 @@ from adapters.vms.base import (
     ResourceTags,
     VMHandle,
     VMProvider,
+    VMState,
     validate_controller_cidr,
 )
+from adapters.vms.tunnel import SSHTarget, TunnelManager
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +95,7 @@ SPOT_INTERRUPTION_CODES = frozenset(
 )
 
 # The ports the controller reaches on every VM: SSH, and the defaults of the settings below.
-SSH_PORT = 22
+SSH_PORT = 22  # AWSSettings.ssh_port's default
 
 
 class AWSSettings(BaseModel):
@@ -117,6 +123,16 @@ class AWSSettings(BaseModel):
     waa_port: int = 5000
     qmp_port: int = 7200
     devtools_port: int = 9222
+    # How the controller reaches WAA / QMP / DevTools. "cidr": the security group opens them to
+    # controller_cidr. "tunnel": it opens only ssh_port, and they are forwarded to 127.0.0.1 on
+    # the controller through an OpenSSH tunnel per VM (adapters/vms/tunnel.py).
+    access: Literal["cidr", "tunnel"] = "cidr"
+    ssh_user: str = "ubuntu"  # the default user of Ubuntu AMIs
+    ssh_identity_file: Path | None = None  # key_name's private key; None = ssh-agent / ssh's default keys
+    ssh_port: int = Field(default=22, gt=0, lt=65536)
+    ssh_known_hosts_file: Path | None = None  # None = the product's own file (tunnel.default_known_hosts_file)
+    ssh_config_file: Path | None = None  # an ssh_config for the tunnels (ProxyJump...); None = ~/.ssh/config
+    tunnel_monitor_seconds: float = Field(default=10.0, gt=0)  # how often dead tunnels are re-established
     root_volume_gb: int | None = Field(default=None, ge=8)  # None keeps the AMI's size
     user_data: str | None = None
     retry_mode: Literal["standard", "adaptive"] = "standard"
@@ -215,6 +231,7 @@ class AWSProvider(VMProvider):
         session: Any | None = None,
         waa_url_for: Callable[[VMHandle], str] | None = None,
         qmp_address_for: Callable[[VMHandle], tuple[str, int]] | None = None,
+        ssh_address_for: Callable[[VMHandle], tuple[str, int]] | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc),
     ) -> None:
         import boto3
@@ -227,6 +244,8 @@ class AWSProvider(VMProvider):
         self._clock = clock
         self._waa_url_for = waa_url_for
         self._qmp_address_for = qmp_address_for
+        self._ssh_address_for = ssh_address_for  # test hook: where the tunnel's ssh connects
+        self._tunnels: TunnelManager | None = None  # access="tunnel": created with the first tunnel
         self._session = session or boto3.Session()
         config = Config(
             region_name=settings.region,
@@ -355,7 +374,12 @@ class AWSProvider(VMProvider):
 
     def _ingress_rules(self) -> list[dict[str, Any]]:
         network = ipaddress.ip_network(self.settings.controller_cidr)
-        ports = sorted({SSH_PORT, self.settings.waa_port, self.settings.qmp_port, self.settings.devtools_port})
+        if self.settings.access == "tunnel":
+            # WAA, QMP and DevTools (unauthenticated) travel inside SSH: only SSH is opened.
+            ports = [self.settings.ssh_port]
+        else:
+            ports = sorted({self.settings.ssh_port, self.settings.waa_port, self.settings.qmp_port,
+                            self.settings.devtools_port})
         rules = []
         for port in ports:
             rule: dict[str, Any] = {"IpProtocol": "tcp", "FromPort": port, "ToPort": port}
@@ -424,6 +448,7 @@ class AWSProvider(VMProvider):
             except _aws_errors() as exc:
                 raise ProviderError(f"AWS VM {vm_id}: create failed: {exc}") from exc
             try:
+                self._attach_tunnel(handle)
                 self._wait_ready(handle, "create")
                 self._take_baseline(handle)
             except ProviderError:
@@ -568,7 +593,51 @@ class AWSProvider(VMProvider):
     def _qmp_address(self, vm: VMHandle) -> tuple[str, int]:
         if self._qmp_address_for is not None:
             return self._qmp_address_for(vm)
+        tunnel = self._tunnels.get(vm.vm_id) if self._tunnels is not None else None
+        if self.settings.access == "tunnel" and tunnel is not None:
+            return tunnel.address("qmp")
         return str(vm.details.get("host")), self.settings.qmp_port
+
+    # -- SSH tunnel (access="tunnel") ----------------------------------------------------------
+
+    def _attach_tunnel(self, vm: VMHandle, *, rekey: bool = False) -> None:
+        """With access="tunnel": open (or revive) the VM's tunnel, waiting up to ready_timeout for
+        its sshd, and point base_url / devtools_url at the local forwards. `rekey` forgets the
+        pinned host key first: only after this provider replaced the root volume itself."""
+        if self.settings.access != "tunnel":
+            return
+        s = self.settings
+        if self._ssh_address_for is not None:
+            host, port = self._ssh_address_for(vm)
+        else:
+            # The public IP when there is one, else the private one (use_private_ip forces it).
+            host, port = vm.details.get("host"), s.ssh_port
+        if not host:
+            raise ProviderError(f"AWS VM {vm.vm_id}: no address to open its SSH tunnel to")
+        extra: dict[str, Any] = {"config_file": s.ssh_config_file}
+        if s.ssh_known_hosts_file:
+            extra["known_hosts_file"] = s.ssh_known_hosts_file
+        target = SSHTarget(host=str(host), port=int(port), user=s.ssh_user, identity_file=s.ssh_identity_file,
+                           host_key_alias=f"waa-aws-{vm.details.get('instance_id') or vm.vm_id}", **extra)
+        with self._lock:
+            if self._tunnels is None:
+                self._tunnels = TunnelManager(monitor_interval=s.tunnel_monitor_seconds)
+            manager = self._tunnels
+        tunnel = manager.open_when_ready(
+            vm.vm_id, target, {"waa": s.waa_port, "qmp": s.qmp_port, "devtools": s.devtools_port},
+            timeout=s.ready_timeout, poll_seconds=s.ready_poll_seconds, forget_host_key_first=rekey,
+        )
+        vm.base_url, vm.devtools_url = tunnel.url("waa"), tunnel.url("devtools")
+        vm.details["ssh"] = target.describe()
+
+    def _close_tunnel(self, vm: VMHandle, *, forget: bool) -> None:
+        if self._tunnels is not None:
+            self._tunnels.close(vm.vm_id, forget=forget)
+
+    def close(self) -> None:
+        """Close every SSH tunnel (access="tunnel"); safe to repeat."""
+        if self._tunnels is not None:
+            self._tunnels.close_all()
 
     def _wait_ready(self, vm: VMHandle, step: str) -> None:
         from adapters.waa.client import WAAClient
@@ -737,6 +806,8 @@ class AWSProvider(VMProvider):
         except _aws_errors() as exc:
             vm.healthy = False
             raise ProviderError(f"AWS VM {vm.vm_id} ({instance_id}): root volume replacement failed: {exc}") from exc
+        # The new root volume may bring new SSH host keys (cloud-init): re-pin them.
+        self._attach_tunnel(vm, rekey=True)
         self._wait_ready(vm, "the root volume replacement")
         # The QEMU snapshot lived on the replaced disk: save a new baseline.
         self._take_baseline(vm)
@@ -748,6 +819,7 @@ class AWSProvider(VMProvider):
         if vm.details.get("spot"):
             raise ProviderError(f"AWS VM {vm.vm_id} ({instance_id}) is a one-time spot instance and cannot be "
                                 "stopped; delete it instead")
+        self._close_tunnel(vm, forget=False)  # a stopped VM's tunnel could only fail
         try:
             self.ec2.stop_instances(InstanceIds=[instance_id])
             self._waiter("instance_stopped", InstanceIds=[instance_id])
@@ -757,6 +829,8 @@ class AWSProvider(VMProvider):
     def delete(self, vm: VMHandle) -> None:
         """Terminate the VM's instance(s), release its Elastic IP, delete leftover volumes, and
         the run's security group once no instance of the run remains. A gone VM is no error."""
+        # Its successor will have other host keys: forget this one's pin too.
+        self._close_tunnel(vm, forget=True)
         try:
             ids = {i["InstanceId"] for i in self._find_instances(vm.vm_id, LIVE_STATES)}
             if vm.details.get("instance_id"):
@@ -892,3 +966,52 @@ class AWSProvider(VMProvider):
             raise
         except _aws_errors() as exc:
             raise ProviderError(f"AWS: deleting {resource.kind} {rid} failed: {exc}") from exc
+
+    # -- warm pools -------------------------------------------------------------------------
+
+    def list_vms(self) -> list[VMState]:
+        """This run's (or warm pool's) instances with their state, size and attached disk size."""
+        try:
+            instances = self._find_instances(None, LIVE_STATES)
+            disk_gb: dict[str, int] = {}
+            run_volumes = [{"Name": f"tag:{TAG_RUN_ID}", "Values": [self.run_id]}]
+            for volume in self._paginate_volumes(run_volumes):
+                for attachment in volume.get("Attachments", []):
+                    key = attachment.get("InstanceId", "")
+                    disk_gb[key] = disk_gb.get(key, 0) + int(volume.get("Size") or 0)
+        except _aws_errors() as exc:
+            raise ProviderError(f"AWS: listing the VMs of {self.run_id} failed: {exc}") from exc
+        states = []
+        for instance in instances:
+            tags = _tag_dict(instance.get("Tags"))
+            state = instance["State"]["Name"]
+            states.append(VMState(
+                vm_id=tags.get(TAG_VM_ID, instance["InstanceId"]),
+                cloud_id=instance["InstanceId"],
+                state=state,
+                size=instance.get("InstanceType"),
+                billing=Billing.DISKS if state == "stopped" else
+                Billing.NONE if state == "shutting-down" else Billing.COMPUTE,
+                disk_gb=disk_gb.get(instance["InstanceId"]),
+                expires_at=ResourceTags.expiry_of(tags),
+                address=instance.get("PrivateIpAddress") if self.settings.use_private_ip
+                else instance.get("PublicIpAddress") or instance.get("PrivateIpAddress"),
+            ))
+        return sorted(states, key=lambda s: s.vm_id)
+
+    def renew_expiry(self, vm_id: str) -> dt.datetime:
+        """Re-tag the VM's instance(s), volumes and Elastic IP, and the run's security group."""
+        tags = self.tags()
+        expiry = [{"Key": TAG_EXPIRES_AT, "Value": tags.as_dict()[TAG_EXPIRES_AT]}]
+        try:
+            resources = [i["InstanceId"] for i in self._find_instances(vm_id, LIVE_STATES)]
+            resources += [v["VolumeId"] for v in self._paginate_volumes(self._vm_resource_filters(vm_id))]
+            addresses = self.ec2.describe_addresses(Filters=self._vm_resource_filters(vm_id))["Addresses"]
+            resources += [a["AllocationId"] for a in addresses]
+            groups = self.ec2.describe_security_groups(Filters=self._security_group_filters())["SecurityGroups"]
+            resources += [g["GroupId"] for g in groups]
+            if resources:
+                self.ec2.create_tags(Resources=resources, Tags=expiry)
+        except _aws_errors() as exc:
+            raise ProviderError(f"AWS VM {vm_id}: renewing its expiry tag failed: {exc}") from exc
+        return tags.expires_at

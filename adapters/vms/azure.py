@@ -13,8 +13,9 @@ Each VM (deterministic names from the run id and the pool's vm id, all tagged wi
 
 and per run and location::
 
-    waa-<run>-<location>-nsg  inbound TCP 22 / waa_port / qmp_port / devtools_port allowed
-                              ONLY from `controller_cidr`; everything else from Internet denied
+    waa-<run>-<location>-nsg  inbound TCP 22 / waa_port / qmp_port / devtools_port (only 22 with
+                              `access="tunnel"`) allowed ONLY from `controller_cidr`; everything
+                              else from Internet denied
     waa-<run>-<location>-vnet a /24 subnet for the NICs (unless `subnet_id` names an existing one)
 
 How WAA is reached. WAA's HTTP API (5000), the QEMU monitor (QMP, 7200) and Chrome DevTools
@@ -24,8 +25,10 @@ which Azure keeps closed until an NSG opens it; the run's NSG opens those ports 
 `controller_cidr`, which must be a /24 or narrower (0.0.0.0/0, "*", "Internet" and wider
 prefixes are refused), and denies everything else from Internet explicitly. Traffic is still
 plain HTTP, so for anything beyond a trusted office range set `public_ip=False` and run the
-controller inside the VNet (or peered / over VPN / an SSH tunnel): the VM then has no public
-address at all and `base_url` is the NIC's private IP.
+controller inside the VNet (or peered / over VPN): the VM then has no public address at all
+and `base_url` is the NIC's private IP. Or set `access="tunnel"`: the NSG then opens only SSH
+and the three ports are forwarded to the controller's loopback through an OpenSSH tunnel
+(`adapters.vms.tunnel`), whose host key is pinned on first use.
 
 Creation is idempotent by name: every step GETs first, a VM that exists and is not Failed is
 reused (started when deallocated), and the SDK's PUTs are themselves idempotent. Capacity and
@@ -54,13 +57,16 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from adapters.vms.base import (
+    TAG_EXPIRES_AT,
     TAG_MANAGED,
     TAG_RUN_ID,
+    Billing,
     CapacityError,
     OwnedResource,
     ProviderError,
@@ -68,8 +74,10 @@ from adapters.vms.base import (
     ResourceTags,
     VMHandle,
     VMProvider,
+    VMState,
     validate_controller_cidr,
 )
+from adapters.vms.tunnel import SSHTarget, TunnelManager
 from adapters.waa.client import WAAClient
 from adapters.waa.errors import WAAError
 
@@ -127,6 +135,15 @@ class AzureSettings(BaseModel):
     qmp_port: int = 7200
     devtools_port: int = 9222
     ssh_port: int = 22
+    # How the controller reaches WAA / QMP / DevTools. "cidr": the NSG opens them to
+    # controller_cidr. "tunnel": the NSG opens only ssh_port, and they are forwarded to 127.0.0.1
+    # on the controller through an OpenSSH tunnel per VM (adapters/vms/tunnel.py).
+    access: Literal["cidr", "tunnel"] = "cidr"
+    ssh_user: str | None = None  # None = admin_username (the user osProfile creates)
+    ssh_identity_file: Path | None = None  # ssh_public_key's private key; None = ssh-agent / default keys
+    ssh_known_hosts_file: Path | None = None  # None = the product's own file (tunnel.default_known_hosts_file)
+    ssh_config_file: Path | None = None  # an ssh_config for the tunnels (ProxyJump...); None = ~/.ssh/config
+    tunnel_monitor_seconds: float = Field(default=10.0, gt=0)  # how often dead tunnels are re-established
     ready_timeout: float = 1800.0  # seconds for the WAA server to answer after create/start
     ready_poll_seconds: float = 5.0
     polling_interval: float = 10.0  # LRO poll interval when ARM sends no Retry-After
@@ -175,6 +192,12 @@ class AzureSettings(BaseModel):
         if not value.startswith("https://"):
             raise ValueError("base_url must be https (the SDK refuses bearer tokens over http)")
         return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _default_ssh_user(self) -> AzureSettings:
+        if not self.ssh_user:
+            self.ssh_user = self.admin_username
+        return self
 
 
 @dataclass(frozen=True)
@@ -255,6 +278,7 @@ class AzureProvider(VMProvider):
         credential: Any = None,
         waa_url_for: Callable[[VMHandle], str] | None = None,
         qmp_address_for: Callable[[VMHandle], tuple[str, int]] | None = None,
+        ssh_address_for: Callable[[VMHandle], tuple[str, int]] | None = None,
     ) -> None:
         from azure.mgmt.compute import ComputeManagementClient
         from azure.mgmt.network import NetworkManagementClient
@@ -272,6 +296,7 @@ class AzureProvider(VMProvider):
             from azure.identity import DefaultAzureCredential
 
             credential = DefaultAzureCredential()
+        self.credential = credential  # `arena doctor` asks it for a token
         options: dict[str, Any] = {
             "base_url": settings.base_url,
             "polling_interval": settings.polling_interval,
@@ -283,6 +308,9 @@ class AzureProvider(VMProvider):
         self.network = NetworkManagementClient(credential, settings.subscription_id, **options)
         self._waa_url_for = waa_url_for
         self._qmp_address_for = qmp_address_for
+        self._ssh_address_for = ssh_address_for  # test hook: where the tunnel's ssh connects
+        # access="tunnel": one tunnel per VM (no process or thread until the first one opens).
+        self._tunnels = TunnelManager(monitor_interval=settings.tunnel_monitor_seconds)
         self._network_lock = threading.Lock()  # run-shared NSG/VNet: create vs. last-one-out delete
         self.reset_timings: list[AzureResetTiming] = []
         self.run_prefix = _short(f"waa-{run_id}", 40)
@@ -364,6 +392,7 @@ class AzureProvider(VMProvider):
             if self._power_state(name) in ("deallocated", "deallocating", "stopped", "stopping"):
                 self._wait(self.compute.virtual_machines.begin_start, f"starting VM {name}", name)
         handle = self._handle(vm_id, name, vm)
+        self._attach_tunnel(handle, getattr(vm, "vm_id", None))
         self._wait_for_waa(handle, "after create")
         if self.settings.guest_snapshot:
             from adapters.vms import guest_reset
@@ -442,6 +471,8 @@ class AzureProvider(VMProvider):
         """The run NSG's rules: the four ports from the controller only, then deny Internet."""
         s = self.settings
         ports = [("ssh", s.ssh_port), ("waa", s.waa_port), ("qmp", s.qmp_port), ("devtools", s.devtools_port)]
+        if s.access == "tunnel":
+            ports = ports[:1]  # WAA, QMP and DevTools (unauthenticated) travel inside SSH
         rules = [
             {
                 "name": f"allow-controller-{label}",
@@ -607,10 +638,45 @@ class AzureProvider(VMProvider):
     def _qmp(self, vm: VMHandle) -> tuple[str, int]:
         if self._qmp_address_for is not None:
             return self._qmp_address_for(vm)
+        tunnel = self._tunnels.get(vm.vm_id)
+        if self.settings.access == "tunnel" and tunnel is not None:
+            return tunnel.address("qmp")
         host = vm.details.get("public_ip") if self.settings.public_ip else vm.details.get("private_ip")
         if not host:
             raise ProviderError(f"azure: VM {vm.vm_id} has no address for the QEMU monitor")
         return str(host), self.settings.qmp_port
+
+    def _attach_tunnel(self, vm: VMHandle, unique_id: str | None = None, *, rekey: bool = False) -> None:
+        """With access="tunnel": open (or revive) the VM's tunnel, waiting up to ready_timeout for
+        its sshd, and point base_url / devtools_url at the local forwards. The host key is pinned
+        under the VM's unique vmId (names repeat across runs). `rekey` forgets the pinned key
+        first: only after this provider swapped the OS disk itself."""
+        s = self.settings
+        if s.access != "tunnel":
+            return
+        if self._ssh_address_for is not None:
+            host, port = self._ssh_address_for(vm)
+        else:
+            host, port = vm.details.get("public_ip") or vm.details.get("private_ip"), s.ssh_port
+        if not host:
+            raise ProviderError(f"azure: VM {vm.details.get('azure_name', vm.vm_id)} has no address for its SSH tunnel")
+        alias = vm.details.setdefault("ssh_host_key_alias",
+                                      f"waa-azure-{unique_id or vm.details.get('azure_name') or vm.vm_id}")
+        extra: dict[str, Any] = {"config_file": s.ssh_config_file}
+        if s.ssh_known_hosts_file:
+            extra["known_hosts_file"] = s.ssh_known_hosts_file
+        target = SSHTarget(host=str(host), port=int(port), user=str(s.ssh_user), identity_file=s.ssh_identity_file,
+                           host_key_alias=alias, **extra)
+        tunnel = self._tunnels.open_when_ready(
+            vm.vm_id, target, {"waa": s.waa_port, "qmp": s.qmp_port, "devtools": s.devtools_port},
+            timeout=s.ready_timeout, poll_seconds=s.ready_poll_seconds, forget_host_key_first=rekey,
+        )
+        vm.base_url, vm.devtools_url = tunnel.url("waa"), tunnel.url("devtools")
+        vm.details["ssh"] = target.describe()
+
+    def close(self) -> None:
+        """Close every SSH tunnel (access="tunnel"); safe to repeat."""
+        self._tunnels.close_all()
 
     def _wait_for_waa(self, vm: VMHandle, when: str) -> float:
         client = WAAClient(vm.base_url)
@@ -712,6 +778,8 @@ class AzureProvider(VMProvider):
         lap("vm_put")
         self._wait(vms.begin_start, f"starting VM {name}", name)
         lap("start")
+        # A golden snapshot's disk may bring other SSH host keys: re-pin them.
+        self._attach_tunnel(handle, rekey=True)
         self._wait_for_waa(handle, "after the OS disk swap")
         lap("wait_waa")
         handle.details["os_disk_id"] = new_disk.id
@@ -724,11 +792,13 @@ class AzureProvider(VMProvider):
 
     def stop(self, vm: VMHandle) -> None:
         name = vm.details.get("azure_name") or self.vm_name(vm.vm_id)
+        self._tunnels.close(vm.vm_id)  # a deallocated VM's tunnel could only fail
         self._wait(self.compute.virtual_machines.begin_deallocate, f"deallocating VM {name}", name)
 
     def delete(self, vm: VMHandle) -> None:
         """The VM, its OS disk(s), baseline snapshot, NIC and public IP; the run's NSG/VNet when last."""
         name = vm.details.get("azure_name") or self.vm_name(vm.vm_id)
+        self._tunnels.close(vm.vm_id, forget=True)  # its successor will have other host keys
         existing = self._get(self.compute.virtual_machines.get, name, f"VM {name}")
         if existing is not None:
             self._delete_vm_and_disk(name, existing)
@@ -823,3 +893,51 @@ class AzureProvider(VMProvider):
         if (current.tags or {}).get(TAG_MANAGED) != "true":
             raise ProviderError(f"azure: refusing to delete {resource.resource_id}: it lacks the {TAG_MANAGED} tag")
         self._delete(deleter, name, f"{kind.replace('_', ' ')} {name}")
+
+    # -- warm pools ------------------------------------------------------------------------
+
+    def list_vms(self) -> list[VMState]:
+        """This run's (or warm pool's) VMs with their power state, size and OS disk size."""
+        states = []
+        for vm in self._list(self.compute.virtual_machines.list, "VM"):
+            tags = dict(vm.tags or {})
+            if tags.get(TAG_RUN_ID) != self.run_id or tags.get(TAG_MANAGED) != "true":
+                continue
+            power = self._power_state(vm.name)
+            # Azure keeps billing a VM that is only stopped (powered off), not deallocated.
+            billing = (Billing.DISKS if power in ("deallocated", "deallocating") else
+                       Billing.NONE if (vm.provisioning_state or "").lower() == "deleting" else Billing.COMPUTE)
+            disk = getattr(vm.storage_profile, "os_disk", None)
+            states.append(VMState(
+                vm_id=vm.name,
+                cloud_id=vm.id,
+                state=power,
+                size=vm.hardware_profile.vm_size if vm.hardware_profile else None,
+                billing=billing,
+                disk_gb=getattr(disk, "disk_size_gb", None),
+                expires_at=ResourceTags.expiry_of(tags),
+            ))
+        return sorted(states, key=lambda s: s.vm_id)
+
+    def renew_expiry(self, vm_id: str) -> dt.datetime:
+        """Re-tag the VM and every disk, snapshot, NIC and public IP of it with a fresh expiry."""
+        now = dt.datetime.now(dt.timezone.utc)
+        self.tags = ResourceTags(run_id=self.run_id, owner=self.tags.owner,
+                                 expires_at=now + dt.timedelta(hours=self.settings.ttl_hours))
+        name = self.vm_name(vm_id)
+        expires = self.tags.as_dict()[TAG_EXPIRES_AT]
+        vm = self._get(self.compute.virtual_machines.get, name, f"VM {name}")
+        if vm is None:
+            raise ProviderError(f"azure: VM {name} does not exist; nothing to renew")
+        self._wait(self.compute.virtual_machines.begin_update, f"tagging VM {name}", name,
+                   {"tags": {**(vm.tags or {}), TAG_EXPIRES_AT: expires}})
+        for kind, items, updater in (
+            ("disk", self.compute.disks.list_by_resource_group, self.compute.disks.begin_update),
+            ("snapshot", self.compute.snapshots.list_by_resource_group, self.compute.snapshots.begin_update),
+        ):
+            for item in self._list(items, kind):
+                tags = dict(item.tags or {})
+                if tags.get(TAG_VM) == name and tags.get(TAG_RUN_ID) == self.run_id:
+                    self._wait(updater, f"tagging {kind} {item.name}", item.name,
+                               {"tags": {**tags, TAG_EXPIRES_AT: expires}})
+        return self.tags.expires_at

@@ -109,6 +109,28 @@ class OwnedResource:
         return expiry is not None and expiry <= (now or dt.datetime.now(dt.timezone.utc))
 
 
+class Billing(str, enum.Enum):
+    """What a VM costs while it sits in its current state."""
+
+    COMPUTE = "compute"  # running (or an Azure VM stopped without deallocation): billed per hour
+    DISKS = "disks"  # stopped / deallocated: only its disks bill
+    NONE = "none"  # being deleted
+
+
+@dataclass(frozen=True)
+class VMState:
+    """One VM a provider keeps between runs (a warm pool member), as the cloud reports it."""
+
+    vm_id: str  # the pool's name for it (waa-<pool>-<i>)
+    cloud_id: str  # instance id / ARM id
+    state: str  # the cloud's own word: running, stopped, deallocated, pending...
+    size: str | None  # instance type / VM size
+    billing: Billing
+    disk_gb: int | None = None  # size of its disks, when the cloud says
+    expires_at: dt.datetime | None = None  # when the janitor may delete it
+    address: str | None = None  # where the controller reaches it (public or private IP), when known
+
+
 @dataclass
 class VMHandle:
     """One VM of a pool: its id, where its WAA server answers, and provider-specific details."""
@@ -172,6 +194,18 @@ class VMProvider(abc.ABC):
     def stop(self, vm: VMHandle) -> None:
         """Stop paying for the VM's compute (deallocate / stop) without deleting it."""
         raise NotImplementedError(f"the {self.name} provider cannot stop a VM without deleting it")
+
+    def list_vms(self) -> list[VMState]:
+        """The VMs this provider's run (or warm pool) id owns, with their power state."""
+        raise NotImplementedError(f"the {self.name} provider keeps no VMs between runs (warm pools need aws or azure)")
+
+    def renew_expiry(self, vm_id: str) -> dt.datetime:
+        """Move the expiry tag of the VM and its disks to now + the provider's TTL; return it.
+
+        A warm pool's VMs outlive any one run: each `pool up` / `pool down` renews them, and the
+        janitor deletes a pool left unused for longer than its TTL.
+        """
+        raise NotImplementedError(f"the {self.name} provider keeps no VMs between runs (warm pools need aws or azure)")
 
     def list_owned(self) -> list[OwnedResource]:
         """Every resource carrying this product's tags; providers without cloud resources own none."""

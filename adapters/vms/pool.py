@@ -51,12 +51,15 @@ class VMPool:
     last pending creation fails.
     """
 
-    def __init__(self, provider: VMProvider, size: int, run_id: str) -> None:
+    def __init__(self, provider: VMProvider, size: int, run_id: str, *, keep_vms: bool = False) -> None:
+        """`keep_vms` (a warm pool): VMs the pool is done with are stopped, not deleted, and a
+        failed VM is replaced under its own name, so the next run finds the same set."""
         if size < 1:
             raise ValueError(f"pool size must be at least 1, got {size}")
         self.provider = provider
         self.size = size
         self.run_id = run_id
+        self.keep_vms = keep_vms
         self._cond = threading.Condition()
         self._free: deque[VMHandle] = deque()
         self._all: dict[str, VMHandle] = {}
@@ -87,7 +90,7 @@ class VMPool:
                     errors.append(exc)
         if errors:
             for vm in created:
-                self.provider.delete(vm)
+                self._dispose(vm)
             raise ProviderError(f"provisioning {self.size} VMs failed: {errors[0]}")
         for vm in created:
             self._add(vm)
@@ -153,6 +156,13 @@ class VMPool:
                 self._free.append(vm)
             self._cond.notify_all()
         if late:
+            self._dispose(vm)
+
+    def _dispose(self, vm: VMHandle) -> None:
+        """The pool is done with `vm`: stop it (warm pool) or delete it."""
+        if self.keep_vms:
+            self.provider.stop(vm)
+        else:
             self.provider.delete(vm)
 
     def _describe_errors(self) -> str:
@@ -222,7 +232,7 @@ class VMPool:
             if not closing:
                 self._replacements += 1
                 self._pending += 1
-                name = f"{self._vm_name(0).rsplit('-', 1)[0]}-r{self._replacements}"
+                name = vm.vm_id if self.keep_vms else f"{self._vm_name(0).rsplit('-', 1)[0]}-r{self._replacements}"
                 thread = threading.Thread(target=self._replace_in_background, args=(vm, name), daemon=True,
                                           name=f"replace-{name}")
                 self._replacers.append(thread)
@@ -248,7 +258,8 @@ class VMPool:
         self._add(fresh, pending_done=True)
 
     def retire_spare(self, still_needed: int) -> bool:
-        """Delete one idle VM if the pool has more VMs (up or coming) than `still_needed`.
+        """Delete (warm pool: stop) one idle VM if the pool has more VMs (up or coming) than
+        `still_needed`.
 
         Lanes call this when the work queue is empty, with the number of tasks still running:
         those tasks keep enough VMs for their retries. A free VM that a waiting lessee (a
@@ -261,7 +272,7 @@ class VMPool:
             self._all.pop(vm.vm_id, None)
             self._retired += 1
         try:
-            self.provider.delete(vm)
+            self._dispose(vm)
         finally:
             with self._cond:
                 self.usage.gone_at.setdefault(vm.vm_id, time.monotonic())
@@ -289,7 +300,7 @@ class VMPool:
             return list(self._all.values())
 
     def teardown(self) -> None:
-        """Delete every VM of the pool, in parallel; safe to call more than once.
+        """Delete (warm pool: stop) every VM of the pool, in parallel; safe to call more than once.
 
         From its start no VM is created or replaced, and one whose creation was under way is
         deleted as it comes up, so none is left behind (the creations are waited for). Every
@@ -304,7 +315,7 @@ class VMPool:
         if not vms:
             return
         with ThreadPoolExecutor(max_workers=len(vms)) as executor:
-            futures = {executor.submit(self.provider.delete, vm): vm for vm in vms}
+            futures = {executor.submit(self._dispose, vm): vm for vm in vms}
         errors = []
         for future, vm in futures.items():
             with self._cond:

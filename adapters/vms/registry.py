@@ -29,6 +29,7 @@ class ProviderSettings:
     server_wait_seconds: float = DEFAULT_SERVER_WAIT_SECONDS  # existing: wait before retiring a server
     quirks: bool = False  # local: reproduce a real WAA server's quirks
     quirk_settings: dict[str, Any] | None = None  # local with quirks: override the knobs
+    ttl_hours: float | None = None  # aws/azure: expiry of created resources (None = the cloud config's)
 
 
 PROVIDERS: Registry[Callable[[ProviderSettings], VMProvider]] = Registry("VM provider")
@@ -55,6 +56,8 @@ def _cloud_section(settings: ProviderSettings, name: str) -> Any:
         raise ValueError(
             f"provider {name!r} needs an [{name}] section in the cloud config (or ARENA_{name.upper()}__* variables)"
         )
+    if settings.ttl_hours is not None:
+        section = section.model_copy(update={"ttl_hours": settings.ttl_hours})
     return section
 
 

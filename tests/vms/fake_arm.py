@@ -57,6 +57,17 @@ TYPES = {
 SYNC_CAPACITY_CODES = {"SkuNotAvailable", "OperationNotAllowed", "QuotaExceeded"}
 
 
+def vm_sku(size: str, family: str, vcpus: int, location: str, restricted: bool = False) -> dict[str, Any]:
+    """A resource SKU entry for a VM size, as GET .../providers/Microsoft.Compute/skus lists it."""
+    return {
+        "resourceType": "virtualMachines", "name": size, "tier": "Standard", "size": size.split("_", 1)[-1],
+        "family": family, "locations": [location], "locationInfo": [{"location": location, "zones": []}],
+        "capabilities": [{"name": "vCPUs", "value": str(vcpus)}, {"name": "MemoryGB", "value": str(vcpus * 4)}],
+        "restrictions": [{"type": "Location", "values": [location], "reasonCode": "NotAvailableForSubscription",
+                          "restrictionInfo": {"locations": [location]}}] if restricted else [],
+    }
+
+
 class ArmError(Exception):
     def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(f"{status} {code}: {message}")
@@ -125,6 +136,17 @@ class FakeARM:
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)  # lower-case id -> resource JSON
     requests: list[LoggedRequest] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    # Subscription-level compute facts (`arena doctor`): VM sizes per location and core quotas.
+    skus: list[dict[str, Any]] = field(default_factory=lambda: [
+        vm_sku(size, family, vcpus, location)
+        for location in ("westeurope", "northeurope")
+        for size, family, vcpus in (("Standard_D8ds_v5", "standardDDSv5Family", 8),
+                                    ("Standard_D8s_v5", "standardDSv5Family", 8))
+    ])
+    usages: dict[str, dict[str, tuple[int, int]]] = field(default_factory=lambda: {
+        location: {"standardDDSv5Family": (0, 100), "standardDSv5Family": (0, 100), "cores": (0, 200)}
+        for location in ("westeurope", "northeurope")
+    })  # location -> quota name -> (current value, limit)
 
     def __post_init__(self) -> None:
         self._lock = threading.RLock()
@@ -253,6 +275,8 @@ class FakeARM:
         low = [s.lower() for s in segs]
         if low[:1] == ["fake-operations"] and len(segs) >= 2:
             return self._poll(segs[1], result=len(segs) == 3)
+        if len(segs) >= 5 and low[0] == "subscriptions" and low[2] == "providers" and low[3] == "microsoft.compute":
+            return self._subscription_compute(method, segs, low)
         if len(segs) < 6 or low[0] != "subscriptions" or low[2] != "resourcegroups" or low[4] != "providers":
             raise ArmError(404, "InvalidResourceType", f"no route for {path}")
         if segs[1] != self.subscription_id:
@@ -291,6 +315,22 @@ class FakeARM:
         if method == "DELETE":
             return self._delete(arm_type, rid)
         raise ArmError(405, "MethodNotAllowed", method)
+
+    def _subscription_compute(self, method: str, segs: list[str], low: list[str]) -> tuple[int, dict[str, str], Any]:
+        """GET .../providers/Microsoft.Compute/skus and .../locations/{loc}/usages."""
+        if method != "GET":
+            raise ArmError(405, "MethodNotAllowed", method)
+        if segs[1] != self.subscription_id:
+            raise ArmError(404, "SubscriptionNotFound", f"subscription {segs[1]} not found")
+        if low[4:] == ["skus"]:
+            return 200, {}, {"value": copy.deepcopy(self.skus)}
+        if len(segs) == 7 and low[4] == "locations" and low[6] == "usages":
+            quotas = self.usages.get(segs[5].lower(), {})
+            return 200, {}, {"value": [
+                {"unit": "Count", "currentValue": current, "limit": limit,
+                 "name": {"value": name, "localizedValue": name}}
+                for name, (current, limit) in quotas.items()]}
+        raise ArmError(404, "InvalidResourceType", "/".join(segs))
 
     # -- LROs ------------------------------------------------------------------------------
 
@@ -513,8 +553,14 @@ class FakeARM:
         res = self.resources.get(rid.lower())
         if res is None:
             raise ArmError(404, "NotFound", f"{rid} not found")
+        if arm_type == "Microsoft.Compute/virtualMachines":
+            # A VM update (tags only here) answers 200 with the VM, as azure-mgmt-compute requires.
+            if set(body) - {"tags"}:
+                raise ArmError(405, "MethodNotAllowed", "fake: a VM PATCH may change only its tags")
+            res["tags"] = dict(body.get("tags") or {})
+            return 200, self._lro("PATCH", rid, body), self._public(res)
         if arm_type not in ("Microsoft.Compute/disks", "Microsoft.Compute/snapshots"):
-            raise ArmError(405, "MethodNotAllowed", "fake: PATCH only for disks and snapshots")
+            raise ArmError(405, "MethodNotAllowed", "fake: PATCH only for VMs (tags), disks and snapshots")
         if "tags" in body:
             res["tags"] = dict(body["tags"] or {})
         res["properties"]["provisioningState"] = "Updating"
