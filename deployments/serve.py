@@ -88,6 +88,9 @@ def build_model_update_deployment() -> RunnerDeployment:
         parameters={
             "baseline": os.environ.get("ARENA_MODEL_BASELINE", DEFAULT_BASELINE),
             "baselines_file": os.environ.get("ARENA_BASELINES_FILE", DEFAULT_BASELINES_FILE),
+            # Where each new checkpoint's failures are exported for the next training round.
+            **({"export_failures": os.environ["ARENA_MODEL_UPDATE_EXPORT_DIR"]}
+               if os.environ.get("ARENA_MODEL_UPDATE_EXPORT_DIR") else {}),
         },
         triggers=[
             DeploymentEventTrigger(

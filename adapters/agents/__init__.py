@@ -37,6 +37,9 @@ class AgentOptions(BaseModel):
     demo_library: Path | None = None
     demo_retriever: Literal["lexical", "embedding"] = "lexical"
     demo_backend: Literal["openai", "anthropic"] = "openai"
+    # The retriever may hand a task a demo recorded on that very task (a leak in evaluation;
+    # meant for checking a library built with `arena demos build`).
+    demo_allow_same_task: bool = False
     policy_url: str | None = None
     policy_headers_env: dict[str, str] = Field(default_factory=dict)
 
@@ -103,7 +106,8 @@ def _demo(options: AgentOptions) -> BenchmarkAgent:
 
     library = options.demo_library or DEFAULT_DEMO_LIBRARY
     retriever_class = LexicalDemoRetriever if options.demo_retriever == "lexical" else EmbeddingDemoRetriever
-    return DemoConditionedAgent(_prompting_agent(options.demo_backend, options), retriever_class.from_directory(library))
+    retriever = retriever_class.from_directory(library, allow_same_task=options.demo_allow_same_task)
+    return DemoConditionedAgent(_prompting_agent(options.demo_backend, options), retriever)
 
 
 @AGENTS.register("http")

@@ -86,6 +86,42 @@ def format_grammar_help() -> str:
     )
 
 
+def format_action(action: BenchmarkAction) -> str:
+    """`action` written in the grammar, so that `parse_action` reads it back (the inverse, for
+    demonstrations and training data made from recorded steps).
+
+    Pointer actions use their element id when they have no coordinates; normalized coordinates
+    keep a decimal point (that is what marks them normalized); strings are JSON strings.
+    """
+    kind = action.type
+    name = next(n for n, k in _NAMES.items() if k is kind)
+    if kind in (ActionType.CLICK, ActionType.DOUBLE_CLICK, ActionType.RIGHT_CLICK, ActionType.DRAG):
+        points = [action.x, action.y] + ([action.end_x, action.end_y] if kind is ActionType.DRAG else [])
+        if any(v is None for v in points):
+            if kind is not ActionType.DRAG and action.target_node_id is not None:
+                return f"{name}([{action.target_node_id}])"
+            raise ActionGrammarError(f"{name} without coordinates or an element id cannot be written")
+        return f"{name}({', '.join(_number_text(float(v), action.normalized) for v in points)})"  # type: ignore[arg-type]
+    if kind is ActionType.TYPE:
+        return f"TYPE({json.dumps(action.text or '', ensure_ascii=False)})"
+    if kind is ActionType.ANSWER:
+        return f"ANSWER({json.dumps(action.answer or '', ensure_ascii=False)})"
+    if kind is ActionType.KEY:
+        combo = "+".join([*action.modifiers, action.key or ""])
+        return f"KEY({json.dumps(combo, ensure_ascii=False)})"
+    if kind is ActionType.SCROLL:
+        return f'SCROLL("{action.scroll_direction or "down"}", {action.scroll_amount})'
+    if kind is ActionType.WAIT:
+        return f"WAIT({_number_text(action.seconds, False)})"
+    return f"{name}()"
+
+
+def _number_text(value: float, normalized: bool) -> str:
+    if normalized:
+        return repr(float(value))  # keeps "0.5" / "1.0": the decimal point marks normalized
+    return str(int(value)) if value == int(value) else f"{value:g}"
+
+
 def parse_action(text: str) -> BenchmarkAction:
     """The last well-formed action in `text`; ActionGrammarError when there is none."""
     if not isinstance(text, str) or not text.strip():

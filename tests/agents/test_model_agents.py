@@ -41,6 +41,7 @@ from adapters.agents.prompting import AgentConfigError, PromptingAgent, fit_size
 from adapters.benchmark import (  # noqa: E402
     ActionType,
     AgentInfrastructureError,
+    BenchmarkAction,
     BenchmarkObservation,
     BenchmarkTask,
     OutcomeKind,
@@ -571,3 +572,24 @@ def test_config_and_tree_text(openai_server: FakeModelServer) -> None:
     text = tree_text(_observation().accessibility_tree)
     assert text.splitlines()[0].startswith('[7] Window "Notepad"')
     assert text.splitlines()[1].startswith('  [8] Edit "Text Editor"')
+
+
+@pytest.mark.parametrize("action", [
+    BenchmarkAction(type=ActionType.CLICK, x=10, y=20),
+    BenchmarkAction(type=ActionType.DOUBLE_CLICK, x=0.5, y=1.0, normalized=True),
+    BenchmarkAction(type=ActionType.RIGHT_CLICK, target_node_id="12"),
+    BenchmarkAction(type=ActionType.TYPE, text='a "quoted"\nline ünï \\ CLICK([3])'),
+    BenchmarkAction(type=ActionType.KEY, key="s", modifiers=["ctrl", "shift"]),
+    BenchmarkAction(type=ActionType.SCROLL, scroll_direction="up", scroll_amount=5),
+    BenchmarkAction(type=ActionType.DRAG, x=1, y=2, end_x=3, end_y=4.5),
+    BenchmarkAction(type=ActionType.WAIT, seconds=2),
+    BenchmarkAction(type=ActionType.DONE),
+    BenchmarkAction(type=ActionType.FAIL),
+    BenchmarkAction(type=ActionType.ANSWER, answer="42 (\"exactly\")"),
+])
+def test_format_action_is_read_back_by_the_parser(action: BenchmarkAction) -> None:
+    from adapters.agents.action_grammar import format_action
+
+    text = format_action(action)
+    assert parse_action(text).model_dump(exclude={"raw_action", "reasoning"}) == \
+        action.model_dump(exclude={"raw_action", "reasoning"}), text

@@ -208,3 +208,34 @@ def test_model_update_compares_with_the_named_baselines_own_run(prefect_server: 
     assert runs[first.baseline_run_id] == "scripted-one/-"
     assert second.baseline_run_id == first.baseline_run_id  # not the ckpt-003 run
     assert runs[first.new_run_id] == "-/ckpt-003" and runs[second.new_run_id] == "-/ckpt-004"
+
+
+def test_model_update_exports_the_new_checkpoints_failures_and_links_them(prefect_server: None,
+                                                                          tmp_path: Path) -> None:
+    """export_failures: the new run's agent failures land as trajectories under <dir>/<run id>,
+    and the comparison artifact links that export."""
+    import json
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.baselines import evaluate_model_update
+
+    db = tmp_path / "arena.duckdb"
+    file = tmp_path / "baselines.toml"
+    file.write_text(
+        'version = 1\n[[baselines]]\nname = "random-one"\nagent = "random"\nsuite = "bundled"\nmax_steps = 2\n'
+        'task_ids = ["notepad-append-line", "explorer-rename-file"]\npool_size = 1\n'
+        f'db_path = "{db}"\nartifacts_dir = "{tmp_path / "a"}"\n'
+    )
+    comparison = evaluate_model_update("ckpt-fail", baseline="random-one", baselines_file=str(file),
+                                       export_failures=str(tmp_path / "failures"))
+    export = tmp_path / "failures" / comparison.new_run_id
+    records = [json.loads(line) for line in (export / "trajectories.jsonl").read_text().splitlines()]
+    assert sorted(r["task_id"] for r in records) == ["explorer-rename-file", "notepad-append-line"]
+    assert {r["outcome"] for r in records} == {"agent_failure"} and all(r["steps"] for r in records)
+    assert json.loads((export / "manifest.json").read_text())["runs"][0]["run_id"] == comparison.new_run_id
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["model-update-random-one"])))
+    assert any("Failures exported for training**: 2 episode(s)" in (a.data or "") and export.as_uri() in a.data
+               for a in artifacts)
