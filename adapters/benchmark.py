@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import abc
 import enum
+import hashlib
+import json
+from collections.abc import Mapping
 from typing import Any, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -87,6 +90,13 @@ class UIElement(BaseModel):
         return (left + right) // 2, (top + bottom) // 2
 
 
+def task_fingerprint(definition: Mapping[str, Any]) -> str:
+    """sha256 (hex, first 16 characters) of a task definition as canonical JSON (sorted keys,
+    no whitespace): the same definition gives the same fingerprint on any machine."""
+    canonical = json.dumps(definition, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
 class BenchmarkTask(BaseModel):
     """A task as the pipeline sees it, independent of the benchmark's file format."""
 
@@ -102,6 +112,13 @@ class BenchmarkTask(BaseModel):
     def setup_steps(self) -> list[dict[str, Any]]:
         """The task's setup steps (WAA's `config` list)."""
         return list(self.raw_config.get("config") or [])
+
+    @property
+    def fingerprint(self) -> str:
+        """The hash of this exact task definition (its file's content: a changed instruction,
+        setup step or evaluator changes it; re-indenting the file does not). Results carry it,
+        so comparisons pair only results of the same task version."""
+        return task_fingerprint(self.raw_config)
 
     @property
     def infeasible(self) -> bool:
@@ -323,6 +340,7 @@ class BenchmarkResult(BaseModel):
     """The agent's configuration as it stood after this task (e.g. the demo it retrieved)."""
     attempt: int = 1
     vm_id: str | None = None
+    task_fingerprint: str | None = None  # BenchmarkTask.fingerprint of the task attempted
 
     @model_validator(mode="after")
     def _consistent(self) -> BenchmarkResult:

@@ -175,6 +175,7 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
         data.update(
             task_id=task.task_id,
             domain=task.domain,
+            task_fingerprint=task.fingerprint,
             infeasible=task.infeasible,
             attempt=attempt,
             vm_id=vm.vm_id,

@@ -15,6 +15,9 @@ Rules, all over each task's *final* attempt (the `latest_task_results` view):
 - A task whose final outcome is an infrastructure error or a setup failure in either run says
   nothing about the agent: it is left out of the flips, the paired delta and the test, and
   listed on its own.
+- A task id both runs have whose definition differs (its `task_fingerprint`: the hash of the
+  exact task file's content, e.g. WAA v1 against WAA-V2) is two different tasks under one name:
+  never paired, listed with both fingerprints. Rows without a fingerprint (older stores) pair.
 - Each run's status (runs.status) and how many of its selected tasks (runs.task_count) have no
   final result are shown with the rates, and a warning line names a run that is not complete.
 - The remaining tasks both runs have are *paired*: the delta is the paired difference over them
@@ -119,6 +122,16 @@ class TaskFlip(BaseModel):
     new_outcome: str
 
 
+class TaskVersionChange(BaseModel):
+    """A task id both runs have whose definitions differ (different task fingerprints): two
+    different tasks under one name, never paired."""
+
+    task_id: str
+    domain: str
+    baseline_fingerprint: str
+    new_fingerprint: str
+
+
 class PairedTest(BaseModel):
     """The exact McNemar test over the paired tasks (both runs, sound environment in both)."""
 
@@ -144,6 +157,8 @@ class RunComparison(BaseModel):
     # Tasks in both runs whose final outcome is an infrastructure error or a setup failure in
     # either run: not evidence about the agent, so neither flips nor part of the test.
     left_out: list[TaskFlip] = Field(default_factory=list)
+    # Tasks whose definition differs between the runs (e.g. WAA v1 against WAA-V2): not paired.
+    changed: list[TaskVersionChange] = Field(default_factory=list)
     # Each run's status and how many of its selected tasks have no final result (from the runs
     # table; None when compared from bare rows).
     baseline_status: RunStatus | None = None
@@ -155,11 +170,16 @@ class RunComparison(BaseModel):
 
     def warnings(self) -> list[str]:
         """A line per run that is not complete (its rates leave tasks out)."""
-        return [
+        lines = [
             f"{role} run {status.run_id}: {text}"
             for role, status in (("baseline", self.baseline_status), ("new", self.new_status))
             if status is not None and (text := incomplete_text(status))
         ]
+        if self.changed:
+            shown = ", ".join(c.task_id for c in self.changed[:5])
+            lines.append(f"{len(self.changed)} task(s) have a different definition in each run (task fingerprints "
+                         f"differ) and are not paired: {shown}{' ...' if len(self.changed) > 5 else ''}")
+        return lines
 
     @property
     def verdict(self) -> Verdict:
@@ -296,7 +316,8 @@ def compare_runs(
 ) -> RunComparison:
     """Compare two runs from their result rows (see the module docstring for the rules).
 
-    Rows need task_id, success and outcome (domain is used when present): one per task, as in
+    Rows need task_id, success and outcome (domain and task_fingerprint are used when present):
+    one per task, as in
     DuckDB's `latest_task_results` view, or every attempt when each row has `attempt` (the
     highest counts). The verdict is "improved" / "regressed" when the exact McNemar test on the
     paired tasks gives p < `alpha`, "no significant difference" otherwise, and "insufficient
@@ -311,9 +332,15 @@ def compare_runs(
     fixed: list[TaskFlip] = []
     broken: list[TaskFlip] = []
     left_out: list[TaskFlip] = []
+    changed: list[TaskVersionChange] = []
     pairs: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
     for task_id in sorted(base.keys() & new.keys()):
         b, n = base[task_id], new[task_id]
+        old_version, new_version = b.get("task_fingerprint"), n.get("task_fingerprint")
+        if old_version and new_version and old_version != new_version:
+            changed.append(TaskVersionChange(task_id=task_id, domain=_domain(n) or _domain(b),
+                                             baseline_fingerprint=str(old_version), new_fingerprint=str(new_version)))
+            continue
         flip = TaskFlip(
             task_id=task_id,
             domain=_domain(n) or _domain(b),
@@ -351,6 +378,7 @@ def compare_runs(
         fixed=fixed,
         broken=broken,
         left_out=left_out,
+        changed=changed,
         only_in_baseline=sorted(base.keys() - new.keys()),
         only_in_new=sorted(new.keys() - base.keys()),
         baseline_status=baseline_status,
@@ -374,7 +402,7 @@ def compare_runs(
 # Filtering by run before numbering attempts keeps the work proportional to the run without
 # relying on DuckDB to push the filter through the view's window.
 _FINAL_ATTEMPTS_SQL = """
-    SELECT task_id, domain, attempt, success, outcome
+    SELECT task_id, domain, attempt, success, outcome, task_fingerprint
     FROM task_results
     WHERE run_id = ?
     QUALIFY row_number() OVER (PARTITION BY task_id ORDER BY attempt DESC) = 1
@@ -553,6 +581,10 @@ def comparison_markdown(comparison: RunComparison, title: str) -> str:
             f"- `{f.task_id}` ({f.domain}): {f.baseline_outcome} -> {f.new_outcome}"
             for f in comparison.left_out
         ]
+    if comparison.changed:
+        lines += ["", f"## Different task versions, not compared: {len(comparison.changed)}"]
+        lines += [f"- `{c.task_id}` ({c.domain}): definition {c.baseline_fingerprint} -> {c.new_fingerprint}"
+                  for c in comparison.changed]
     if comparison.only_in_baseline or comparison.only_in_new:
         lines += [
             "",
@@ -599,6 +631,10 @@ def render_comparison_text(comparison: RunComparison) -> str:
                            ("infrastructure errors and setup failures, not compared", comparison.left_out)):
         lines += ["", f"{heading}: {len(flips)}"]
         lines += [f"  {f.task_id} ({f.domain}): {f.baseline_outcome} -> {f.new_outcome}" for f in flips]
+    if comparison.changed:
+        lines += ["", f"different task versions, not compared: {len(comparison.changed)}"]
+        lines += [f"  {c.task_id} ({c.domain}): definition {c.baseline_fingerprint} -> {c.new_fingerprint}"
+                  for c in comparison.changed]
     if comparison.only_in_baseline:
         lines += ["", f"only in the baseline run: {', '.join(comparison.only_in_baseline)}"]
     if comparison.only_in_new:

@@ -5,7 +5,7 @@ Query a file with any DuckDB client, e.g. ``duckdb -readonly results.duckdb``, a
 store with psql: the tables and views are the same (in PostgreSQL, DOUBLE is DOUBLE PRECISION).
 All TIMESTAMP columns are UTC (naive timestamps); all durations are in seconds.
 
-Schema (version 5)
+Schema (version 6)
 ------------------
 
 Version 2 added model usage: ``runs.model_endpoint``, and ``model_calls``, ``input_tokens``,
@@ -13,7 +13,8 @@ Version 2 added model usage: ``runs.model_endpoint``, and ``model_calls``, ``inp
 ``task_results.agent_details`` and ``task_results.vm_seconds``. Version 3 added provenance
 (``runs.agent_config_hash``, ``model_checkpoint``, ``vm_image``, ``run_config``) and, on
 ``steps``, ``reasoning``, ``click_x`` and ``click_y``.
-Older files (version 1 or 2) are upgraded in place when opened; a newer file is refused.
+Version 6 added ``task_results.task_fingerprint`` (comparisons pair only the same task version).
+Older files are upgraded in place when opened; a newer file is refused.
 
 ``schema_version(version INTEGER)``
     One row: the schema version the file was written with. Code refuses a file whose version is
@@ -74,6 +75,8 @@ Older files (version 1 or 2) are upgraded in place when opened; a newer file is 
     cost_usd             DOUBLE    model cost of the attempt, from the configured prices
     agent_details        JSON      the agent's configuration after the task (e.g. the id of
                                    the demonstration it retrieved), secrets removed
+    task_fingerprint     VARCHAR   the hash of the exact task definition attempted (v6;
+                                   NULL for older rows): BenchmarkTask.fingerprint
     ==================== ========= =========================================================
 
 ``steps`` -- one row per agent step; primary key (run_id, task_id, attempt, step_index).
@@ -121,7 +124,7 @@ import adapters.store.connections as connections
 import adapters.store.postgres as postgres
 from adapters.store.errors import SchemaVersionError, StoreError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # In-place upgrades: MIGRATIONS[v] takes a file from version v to v + 1.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -152,6 +155,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE runs ADD COLUMN baseline VARCHAR",
         "ALTER TABLE runs ADD COLUMN selected_task_ids JSON",
     ),
+    5: ("ALTER TABLE task_results ADD COLUMN task_fingerprint VARCHAR",),
 }
 
 # The outcomes after which a task is done for good; resume skips only these. Derived from the
@@ -220,6 +224,7 @@ _DDL: tuple[str, ...] = (
         output_tokens BIGINT,
         cost_usd DOUBLE,
         agent_details JSON,
+        task_fingerprint VARCHAR,
         PRIMARY KEY (run_id, task_id, attempt)
     )
     """,
@@ -259,7 +264,7 @@ _RESULT_COLUMNS: tuple[str, ...] = (
     "num_steps", "error", "reason", "total_time_seconds", "reset_seconds", "setup_seconds",
     "episode_seconds", "evaluate_seconds", "agent_seconds", "env_seconds", "vm_seconds", "vm_id",
     "recorded_at", "timings", "model_calls", "input_tokens", "output_tokens", "cost_usd",
-    "agent_details",
+    "agent_details", "task_fingerprint",
 )
 _STEP_COLUMNS: tuple[str, ...] = (
     "run_id", "task_id", "attempt", "step_index", "action_type", "action", "screenshot_path",
@@ -767,6 +772,7 @@ class ResultStore:
             result.reason, result.total_time_seconds, *stage_values, result.vm_id, _utcnow(),
             json.dumps(timings, sort_keys=True), *_usage_values(result.usage),
             json.dumps(scrub_secrets(result.agent_details), sort_keys=True, default=str),
+            result.task_fingerprint,
         ]
         step_rows = [
             [
