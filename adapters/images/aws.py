@@ -62,6 +62,8 @@ UrlFor = Callable[[VMHandle], str]
 class AWSImageBuilder(ImageBuilder):
     """One build's stages on EC2 (see the module docstring)."""
 
+    provider_name = "aws"
+
     def __init__(
         self,
         spec: BuildSpec,
@@ -74,15 +76,8 @@ class AWSImageBuilder(ImageBuilder):
         warn: Callable[[str], None] = log.warning,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc),
     ) -> None:
-        if spec.provider != "aws":
-            raise ValueError(f"build {spec.name} is for {spec.provider}, not aws")
-        self.spec = spec
+        self._init_common(spec, waa_url_for, verify_waa_url_for, resolver, warn, clock)
         self.settings = settings
-        self._waa_url_for = waa_url_for
-        self._verify_waa_url_for = verify_waa_url_for or waa_url_for
-        self._resolver = resolver
-        self._warn = warn
-        self._clock = clock
         # The product's provider for this build's run id: its client, tags, janitor listing and deletes.
         self._provider = AWSProvider(settings, spec.run_id, session=session, clock=clock)
         self._session = session

@@ -62,6 +62,8 @@ def _state(resource: Any) -> str:
 class AzureImageBuilder(ImageBuilder):
     """One build's stages in one Azure resource group (see the module docstring)."""
 
+    provider_name = "azure"
+
     def __init__(
         self,
         spec: BuildSpec,
@@ -74,16 +76,9 @@ class AzureImageBuilder(ImageBuilder):
         warn: Callable[[str], None] = log.warning,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc),
     ) -> None:
-        if spec.provider != "azure":
-            raise ValueError(f"build {spec.name} is for {spec.provider}, not azure")
-        self.spec = spec
+        self._init_common(spec, waa_url_for, verify_waa_url_for, resolver, warn, clock)
         self.settings = settings
         self._credential = credential
-        self._waa_url_for = waa_url_for
-        self._verify_waa_url_for = verify_waa_url_for or waa_url_for
-        self._resolver = resolver
-        self._warn = warn
-        self._clock = clock
         self._provider = AzureProvider(settings, spec.run_id, credential=credential)
         self.compute = self._provider.compute
         self.network = self._provider.network

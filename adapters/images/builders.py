@@ -9,19 +9,18 @@ produces, so a section without one is accepted here (the build never reads it).
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_serializer
+from pydantic import BaseModel, ConfigDict, field_serializer
 
 from adapters.images.spec import BuildSpec
 from adapters.images.stages import ImageBuilder
 from adapters.vms.aws import AWSSettings
 from adapters.vms.azure import AzureSettings
 from adapters.vms.base import VMHandle
-from adapters.vms.settings import CONFIG_ENV, CloudSettings
+from adapters.vms.settings import cloud_settings_from, read_config_file
 
 # What stands in for the image id a section may lack before the first build.
 _NO_IMAGE = {"aws": "ami-00000000",
@@ -32,24 +31,12 @@ _IMAGE_FIELD = {"aws": "ami_id", "azure": "image_id"}
 def load_build_settings(provider: str, config_file: Path | None = None) -> AWSSettings | AzureSettings:
     """The provider's cloud settings (file and ARENA_* variables, as load_cloud_settings reads
     them), with the image id optional; errors name the file and the field."""
-    path = config_file or Path(os.environ.get(CONFIG_ENV, "arena.toml"))
-    data: dict[str, Any] = {}
-    if path.exists():
-        try:
-            data = tomllib.loads(path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ValueError(f"cloud config file {path}: {exc}") from None
-    elif config_file is not None or CONFIG_ENV in os.environ:
-        raise ValueError(f"cloud config file {path} does not exist")
+    path, data = read_config_file(config_file)
     env_key = f"ARENA_{provider.upper()}__{_IMAGE_FIELD[provider].upper()}"
     section = data.get(provider)
     if isinstance(section, dict) and _IMAGE_FIELD[provider] not in section and env_key not in os.environ:
         data[provider] = {**section, _IMAGE_FIELD[provider]: _NO_IMAGE[provider]}
-    try:
-        settings = CloudSettings(**data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ValueError(f"cloud settings ({path} and ARENA_* variables): {problems}") from None
+    settings = cloud_settings_from(path, data)
     chosen = getattr(settings, provider)
     if chosen is None:
         raise ValueError(f"an {provider} image build needs an [{provider}] section in the cloud config {path} "

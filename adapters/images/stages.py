@@ -17,6 +17,7 @@ from __future__ import annotations
 import abc
 import enum
 from collections.abc import Callable
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -104,6 +105,19 @@ class ImageBuilder(abc.ABC):
     """One build's stages on one cloud. Each method is safe to call again after any failure."""
 
     spec: BuildSpec
+    provider_name: str = ""
+
+    def _init_common(self, spec: BuildSpec, waa_url_for: Any, verify_waa_url_for: Any, resolver: Any,
+                     warn: Callable[[str], None], clock: Callable[[], Any]) -> None:
+        """What every cloud's builder keeps: the spec (checked to be for this cloud) and the hooks."""
+        if spec.provider != self.provider_name:
+            raise ValueError(f"build {spec.name} is for {spec.provider}, not {self.provider_name}")
+        self.spec = spec
+        self._waa_url_for = waa_url_for
+        self._verify_waa_url_for = verify_waa_url_for or waa_url_for
+        self._resolver = resolver
+        self._warn = warn
+        self._clock = clock
 
     @abc.abstractmethod
     def status(self) -> BuildStatus:

@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +27,7 @@ from adapters.agents.demos import Demo, load_demo_library
 from adapters.benchmark import POINTER_ACTIONS, ActionType, BenchmarkAction
 from adapters.results.source import ResultsSource
 from adapters.training.selection import Episode, EpisodeFilter, StepRow, iter_episodes
+from adapters.training.output import replaced_directory, usable_output_dir
 from adapters.training.suites import SuiteTexts
 
 PROVENANCE = "provenance.jsonl"
@@ -97,9 +95,7 @@ def build_demo_library(
 ) -> DemoBuildSummary:
     """Write one demo per successfully solved task of `run_ids` into `out_dir` (a new
     directory, or an existing one with `overwrite`); the result loads with `load_demo_library`."""
-    out_dir = Path(out_dir).expanduser().resolve()
-    if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not overwrite)):
-        raise DemoBuildError(f"{out_dir} exists and is not an empty directory; pass --overwrite to replace it")
+    out_dir = usable_output_dir(out_dir, overwrite, DemoBuildError)
     texts = SuiteTexts(held_out=list(held_out or []))
     summary = DemoBuildSummary(out_dir=out_dir)
     best: dict[str, Episode] = {}
@@ -114,9 +110,7 @@ def build_demo_library(
     if not best:
         raise DemoBuildError(f"no successful episode of run(s) {', '.join(run_ids)} can become a demo"
                              + (f" ({len(summary.skipped)} left out: {summary.skipped[0]})" if summary.skipped else ""))
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
-    try:
+    with replaced_directory(out_dir) as work:
         with (work / PROVENANCE).open("w", encoding="utf-8") as provenance:
             used: set[str] = set()
             for task_id in sorted(best):
@@ -126,12 +120,6 @@ def build_demo_library(
                 provenance.write(json.dumps(record, default=str) + "\n")
                 summary.demos.append(demo)
         load_demo_library(work)  # the library's own loader accepts every file
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(work, out_dir)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
     return summary
 
 

@@ -31,7 +31,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,6 +41,7 @@ from adapters.agents.prompting import PROMPT_VERSION, SYSTEM_PROMPT, history_tex
 from adapters.benchmark import POINTER_ACTIONS, BenchmarkAction, StepRecord
 from adapters.results.source import ResultsSource
 from adapters.training.selection import Episode, EpisodeFilter, StepRow, iter_episodes
+from adapters.training.output import replaced_directory, usable_output_dir
 from adapters.training.suites import LeakageError, SuiteTexts
 
 Format = Literal["sft", "trajectories", "inspect"]
@@ -108,9 +108,7 @@ def export_training(
         raise TrainingExportError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "sft" and images == "none":
         raise TrainingExportError("sft samples need their screenshots: use images 'files' or 'embed'")
-    out_dir = Path(out_dir).expanduser().resolve()
-    if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not overwrite)):
-        raise TrainingExportError(f"{out_dir} exists and is not an empty directory; pass --overwrite to replace it")
+    out_dir = usable_output_dir(out_dir, overwrite, TrainingExportError)
     texts = SuiteTexts(held_out=list(held_out or []))
     task_ids, runs, leaked = _survey(source, selection, texts)
     if not task_ids:
@@ -121,10 +119,8 @@ def export_training(
             f"refusing to export {len(leaked)} held-out task(s) as training data: {shown}"
             f"{' ...' if len(leaked) > 3 else ''}. Filter them out (--domain / --task) or pass --allow-held-out"
         )
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
-    try:
-        summary = ExportSummary(out_dir=out_dir, format=fmt)
+    summary = ExportSummary(out_dir=out_dir, format=fmt)
+    with replaced_directory(out_dir) as work:
         episodes = iter_episodes(source, selection)
         if fmt == "trajectories":
             _write_trajectories(episodes, work, images, texts, summary)
@@ -137,12 +133,6 @@ def export_training(
                               copy_image=lambda step, ep: _copy_image(step, ep, work, summary))
         manifest = _manifest(fmt, images, selection, runs, task_ids, leaked, allow_held_out, summary)
         (work / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(work, out_dir)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
     summary.files = sorted(out_dir / p.relative_to(work) for p in summary.files) + [out_dir / MANIFEST]
     return summary
 

@@ -50,20 +50,30 @@ class CloudSettings(BaseSettings):
         return (env_settings, init_settings)
 
 
-def load_cloud_settings(config_file: Path | None = None) -> CloudSettings:
-    """Settings from ARENA_* variables over the TOML file (`config_file`, $ARENA_CONFIG, or
-    ./arena.toml when present); errors name the file and the field."""
+def read_config_file(config_file: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """The TOML file's path (`config_file`, $ARENA_CONFIG, or ./arena.toml) and its contents
+    ({} when the default file is absent); ValueError naming a named file that is missing or broken."""
     path = config_file or Path(os.environ.get(CONFIG_ENV, "arena.toml"))
-    data: dict[str, Any] = {}
     if path.exists():
         try:
-            data = tomllib.loads(path.read_text())
+            return path, tomllib.loads(path.read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ValueError(f"cloud config file {path}: {exc}") from None
-    elif config_file is not None or CONFIG_ENV in os.environ:
+    if config_file is not None or CONFIG_ENV in os.environ:
         raise ValueError(f"cloud config file {path} does not exist")
+    return path, {}
+
+
+def cloud_settings_from(path: Path, data: dict[str, Any]) -> CloudSettings:
+    """`data` (read from `path`) under the ARENA_* variables; ValueError naming each bad field."""
     try:
         return CloudSettings(**data)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise ValueError(f"cloud settings ({path} and ARENA_* variables): {problems}") from None
+
+
+def load_cloud_settings(config_file: Path | None = None) -> CloudSettings:
+    """Settings from ARENA_* variables over the TOML file (`config_file`, $ARENA_CONFIG, or
+    ./arena.toml when present); errors name the file and the field."""
+    return cloud_settings_from(*read_config_file(config_file))

@@ -10,7 +10,9 @@ the EC2 XML a botocore `before-send` hook returns instead of sending the request
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from urllib.parse import parse_qs
 
 import requests
@@ -68,3 +70,24 @@ def request_params(request) -> dict[str, str]:
     if isinstance(body, bytes):
         body = body.decode()
     return {k: v[0] for k, v in parse_qs(body or "").items()}
+
+
+@contextlib.contextmanager
+def moto_with_dummy_credentials() -> Iterator[MotoServer]:
+    """A moto server, with boto3's credential chain given dummy keys and nothing of the
+    developer's own (~/.aws, profiles, instance metadata) while it runs."""
+    import pytest
+
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+            mp.delenv(name, raising=False)
+        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
+        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        mp.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        server = MotoServer()
+        try:
+            yield server
+        finally:
+            server.stop()

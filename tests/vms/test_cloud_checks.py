@@ -23,7 +23,7 @@ boto3 = pytest.importorskip("boto3")
 pytest.importorskip("moto")
 
 from botocore.awsrequest import AWSResponse  # noqa: E402
-from moto_server import MotoServer, _Raw, canned_response  # noqa: E402
+from moto_server import MotoServer, moto_with_dummy_credentials, _Raw, canned_response  # noqa: E402
 
 from adapters.checks import Check  # noqa: E402
 from adapters.vms.aws import AWSProvider, AWSSettings  # noqa: E402
@@ -68,17 +68,8 @@ def egress() -> Iterator[Egress]:
 
 @pytest.fixture(scope="module")
 def moto() -> Iterator[MotoServer]:
-    with pytest.MonkeyPatch.context() as mp:
-        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
-            mp.delenv(name, raising=False)
-        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
-        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        mp.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
-        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
-        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        server = MotoServer()
+    with moto_with_dummy_credentials() as server:
         yield server
-        server.stop()
 
 
 def quota_hook(value: float):

@@ -72,19 +72,10 @@ def assert_tunnel_url(url: str, sim) -> None:
 def moto_url() -> Iterator[str]:
     pytest.importorskip("boto3")
     pytest.importorskip("moto")
-    from moto_server import MotoServer
+    from moto_server import moto_with_dummy_credentials
 
-    with pytest.MonkeyPatch.context() as mp:
-        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
-            mp.delenv(name, raising=False)
-        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
-        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        mp.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
-        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
-        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        server = MotoServer()
+    with moto_with_dummy_credentials() as server:
         yield server.url
-        server.stop()
 
 
 def test_aws_tunnel_mode_reaches_waa_through_ssh_and_opens_only_ssh(moto_url, sshd, sim, tmp_path):

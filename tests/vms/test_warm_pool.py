@@ -18,7 +18,7 @@ pytest.importorskip("moto")
 pytest.importorskip("azure.mgmt.compute")
 
 from fake_arm import FakeARM  # noqa: E402
-from moto_server import MotoServer  # noqa: E402
+from moto_server import MotoServer, moto_with_dummy_credentials  # noqa: E402
 from test_azure_provider import FakeCredential, settings_for  # noqa: E402
 
 from adapters.vms.aws import AWSProvider, AWSSettings  # noqa: E402
@@ -41,17 +41,8 @@ def waa_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def moto() -> Iterator[MotoServer]:
-    with pytest.MonkeyPatch.context() as mp:
-        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
-            mp.delenv(name, raising=False)
-        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
-        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        mp.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
-        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
-        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        server = MotoServer()
+    with moto_with_dummy_credentials() as server:
         yield server
-        server.stop()
 
 
 def aws_provider(moto: MotoServer, waa_sim: str, name: str, ttl_hours: float = 48.0) -> AWSProvider:

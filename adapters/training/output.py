@@ -1,0 +1,35 @@
+"""Output directories of exports and demo libraries: complete or absent, never half-written."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def usable_output_dir(out_dir: Path, overwrite: bool, error: type[ValueError]) -> Path:
+    """`out_dir` resolved; `error` when it exists and is not an empty directory (unless
+    `overwrite`, which replaces a directory, never a file)."""
+    out_dir = Path(out_dir).expanduser().resolve()
+    if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not overwrite)):
+        raise error(f"{out_dir} exists and is not an empty directory; pass --overwrite to replace it")
+    return out_dir
+
+
+@contextmanager
+def replaced_directory(out_dir: Path) -> Iterator[Path]:
+    """A temporary sibling of `out_dir` to write into; when the block ends normally it replaces
+    `out_dir`, and on any exception (Ctrl-C included) it is removed and `out_dir` is untouched."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
+    try:
+        yield work
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(work, out_dir)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
