@@ -15,7 +15,6 @@ does not have, so a launch counts only when a new window or a new process of the
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import tempfile
 import time
@@ -29,6 +28,7 @@ from adapters.outcomes import EnvironmentFault, Fault, classify_download_error, 
 from adapters.registry import Registry
 from adapters.waa.browser_setup import BrowserSetupError, DevToolsClient, close_tabs, open_tabs, update_browse_history
 from adapters.waa.client import ExecuteResult, WAAClient
+from adapters.waa.downloads import cached_download_path
 from adapters.waa.errors import WAAConnectionError, WAAError
 
 # WAA's `until` loop: retry every 0.3 s, give up after 5 failed requests. WAA retries forever
@@ -334,9 +334,9 @@ class SetupRunner:
             self.client.setup_upload(path, self._fetch_cached(url, PureWindowsPath(path).name))
 
     def download_cache_path(self, url: str, name: str) -> Path:
-        """Where the host keeps its copy of a downloaded file (one per URL)."""
-        digest = hashlib.sha256(url.encode()).hexdigest()[:32]
-        return self.download_dir / f"{digest}_{Path(name).name}"
+        """Where the host keeps its copy of a downloaded file (one per URL, shared with the
+        evaluator's cloud_file: adapters/waa/downloads.py)."""
+        return cached_download_path(self.download_dir, url, name)
 
     def _fetch_cached(self, url: str, name: str) -> bytes:
         """Download on the host once per URL (WAA's behaviour), then reuse the cached copy."""

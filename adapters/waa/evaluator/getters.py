@@ -13,7 +13,6 @@ into a value: it propagates, and the engine reports an infrastructure error.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 import tempfile
@@ -25,6 +24,7 @@ from typing import Any, Callable, TypeVar
 from adapters.registry import Registry
 from adapters.waa.errors import WAAHTTPError
 from adapters.waa.evaluator.errors import EvaluationConfigError, HostNetworkError, require
+from adapters.waa.downloads import cached_download_path
 from adapters.waa.evaluator.vm import VMConnection
 
 
@@ -133,10 +133,8 @@ def get_cloud_file(ctx: GetterContext, config: dict[str, Any]) -> str | list[str
 
 
 def cloud_cache_path(download_dir: Path, url: str, dest: str) -> Path:
-    """Where cloud_file keeps `url`: <download_dir>/<sha256(url)>/<basename(dest)>."""
-    digest = hashlib.sha256(url.encode("utf-8")).hexdigest()
-    name = os.path.basename(dest.replace("\\", "/")) or "file"
-    return download_dir / digest / name
+    """Where cloud_file keeps `url`: the download cache setup steps share (adapters/waa/downloads.py)."""
+    return cached_download_path(download_dir, url, dest)
 
 
 def _cached_download(ctx: GetterContext, url: str, dest: str) -> Path:
