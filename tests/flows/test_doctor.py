@@ -9,7 +9,7 @@ import duckdb
 import pytest
 
 from adapters.agents import AgentOptions
-from adapters.store.duckdb_store import ResultStore
+from adapters.store.duckdb_store import SCHEMA_VERSION, ResultStore
 from adapters.waa.localenv.launcher import LocalEnvHandle
 from flows.cli import EXIT_FAILED, SERVED_DEPLOYMENTS, main
 from flows.doctor import check_model, check_prefect, check_store, check_waa_server
@@ -23,7 +23,7 @@ def test_store_checks(tmp_path: Path) -> None:
     db = tmp_path / "arena.duckdb"
     ResultStore(db).close()
     good = check_store(db)
-    assert good.ok and "schema version 5" in good.detail
+    assert good.ok and f"schema version {SCHEMA_VERSION}" in good.detail
     with duckdb.connect(str(db)) as conn:
         conn.execute("INSERT INTO schema_version VALUES (99)")
     newer = check_store(db)
