@@ -94,6 +94,7 @@ def _run(args: argparse.Namespace) -> int:
             "provider": args.provider,
             "cloud_config": args.cloud_config,
             "warm_pool": args.warm_pool,
+            "suite_flavor": args.suite_flavor,
             "max_wall_seconds": args.max_wall_seconds,
             "max_cost_usd": args.max_cost,
             "max_tokens": args.max_tokens,
@@ -679,6 +680,9 @@ def build_parser() -> argparse.ArgumentParser:
         "pool (needs a Prefect server and workers: docs/deployments.md)",
     )
     run.add_argument("--cloud-config", type=Path, help="cloud settings TOML for aws/azure (default $ARENA_CONFIG)")
+    run.add_argument("--suite-flavor", choices=["waa", "waa-v2"],
+                     help="score with WAA's or WAA-V2's evaluator semantics (default: what the suite says; a "
+                     "WAA-V2 checkout is recognised)")
     run.add_argument("--warm-pool", metavar="NAME",
                      help="aws/azure: use warm pool NAME's VMs (started if stopped, stopped again at the end)")
     run.add_argument(

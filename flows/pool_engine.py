@@ -305,6 +305,7 @@ def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[BenchmarkTask], resour
     `resources`; the caller tears the pool down."""
     config, provider = r.config, r.provider
     r.budget.pool = pool
+    flavor = config.flavor()
     with tempfile.TemporaryDirectory(prefix="waa-cache-") as cache_dir:
         ctx = AttemptContext(
             provider=provider,
@@ -314,7 +315,8 @@ def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[BenchmarkTask], resour
             limits=EpisodeLimits(max_steps=config.max_steps, wall_clock_seconds=config.episode_timeout_seconds),
             cache_dir=Path(cache_dir),
             artifacts_dir=config.artifacts_dir / r.run_id,
-            adapter_settings=LiveAdapterSettings(settle=config.settle_policy(provider.settle)),
+            adapter_settings=LiveAdapterSettings(settle=config.settle_policy(provider.settle), flavor=flavor,
+                                                 initial_state_check=flavor == "waa-v2"),
             stage_timeouts=config.stage_timeouts,
         )
         try:

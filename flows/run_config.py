@@ -27,6 +27,7 @@ from adapters.vms.base import ResetLevel
 from adapters.vms.existing import DEFAULT_SERVER_WAIT_SECONDS
 from adapters.vms.registry import PROVIDERS, ProviderSettings, build_provider
 from adapters.vms.warm_pool import DEFAULT_POOL_TTL_HOURS, pool_resource_id
+from adapters.waa.suite_settings import suite_flavor
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from adapters.waa.settle import SettleChoice, SettlePolicy, choose_policy
 from flows.attempt import DEFAULT_STAGE_TIMEOUTS, validate_stage_timeouts
@@ -67,6 +68,9 @@ class SuiteRunConfig(BaseModel):
     """Everything that defines one evaluation run; stored with the run for provenance."""
 
     suite_dir: Path = Field(default_factory=bundled_suite_dir)
+    # Whose evaluator semantics score the suite ("waa", "waa-v2"); None: what the suite says
+    # (arena-suite.toml flavor, or a WAA-V2 checkout recognised), else WAA's.
+    suite_flavor: Literal["waa", "waa-v2"] | None = None
     difficulty: Literal["normal", "hard"] = "normal"
     domains: list[str] | None = None
     task_ids: list[str] | None = None
@@ -215,6 +219,10 @@ class SuiteRunConfig(BaseModel):
             )
         return self
 
+    def flavor(self) -> str:
+        """The suite's flavour as it will be scored (adapters/waa/suite_settings.py)."""
+        return suite_flavor(self.suite_dir, self.suite_flavor)
+
     def provider_settings(self, run_id: str) -> ProviderSettings:
         """What the configured provider is built from (`run_id` tags its cloud resources; on a
         warm pool the pool's id does, and the pool's TTL sets their expiry)."""
@@ -235,6 +243,7 @@ class SuiteRunConfig(BaseModel):
             self.suite_dir, difficulty=self.difficulty, max_steps=self.max_steps, require_supported=True
         )
         selected = catalog.tasks(domains=self.domains, ids=self.task_ids)
+        self.flavor()  # a broken arena-suite.toml is named before anything starts
         if not selected:
             raise ValueError(f"no task of {self.suite_dir} matches the selection (domains {self.domains})")
         provider = build_provider(self.provider, self.provider_settings(self.run_id or "preflight"))

@@ -14,14 +14,13 @@ does not launder them.
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from adapters.waa.catalog import TaskCatalogError, WAATaskCatalog
+from adapters.waa.suite_settings import SUITE_FILE, read_suite_settings
 
-SUITE_FILE = "arena-suite.toml"
 HELD_OUT_ENV = "ARENA_HELD_OUT_SUITES"
 
 
@@ -32,17 +31,7 @@ class LeakageError(ValueError):
 def is_marked_held_out(suite_dir: Path) -> bool:
     """Whether `suite_dir` carries `arena-suite.toml` with `held_out = true` (ValueError naming
     the file when it is unreadable or `held_out` is not a boolean)."""
-    marker = Path(suite_dir) / SUITE_FILE
-    if not marker.is_file():
-        return False
-    try:
-        data = tomllib.loads(marker.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ValueError(f"{marker}: cannot read the suite settings: {exc}") from None
-    value = data.get("held_out", False)
-    if not isinstance(value, bool):
-        raise ValueError(f"{marker}: held_out must be true or false, got {value!r}")
-    return value
+    return read_suite_settings(suite_dir).held_out
 
 
 def held_out_dirs(extra: Iterable[Path] = ()) -> list[Path]:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import re
 import tempfile
-import tomllib
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,9 +35,9 @@ from typing import Any
 
 from adapters.waa.catalog import TaskCatalogError, WAATaskCatalog
 from adapters.waa.downloads import cached_download_path
+from adapters.waa.suite_settings import SUITE_FILE, read_suite_settings
 from adapters.waa.setup_steps import launched_program
 
-SUITE_FILE = "arena-suite.toml"
 INDEX = "test_all.json"
 RULES = (
     "unreadable-task", "duplicate-id", "id-mismatch", "non-windows-path", "upload-into-missing-folder", "missing-program",
@@ -104,19 +103,11 @@ class LintReport:
 def accepted_rules(suite_dir: Path) -> set[str]:
     """The rules `arena-suite.toml`'s [lint] accept list names (ValueError naming the file when
     it is unreadable or names an unknown rule)."""
-    marker = Path(suite_dir) / SUITE_FILE
-    if not marker.is_file():
-        return set()
-    try:
-        data = tomllib.loads(marker.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ValueError(f"{marker}: cannot read the suite settings: {exc}") from None
-    accept = (data.get("lint") or {}).get("accept", [])
-    if not isinstance(accept, list) or not all(isinstance(r, str) for r in accept):
-        raise ValueError(f"{marker}: [lint] accept must be a list of rule names")
-    unknown = sorted(set(accept) - set(RULES))
+    accept = read_suite_settings(suite_dir).lint_accept
+    unknown = sorted(accept - set(RULES))
     if unknown:
-        raise ValueError(f"{marker}: [lint] accept names unknown rule(s) {', '.join(unknown)}; known: {', '.join(RULES)}")
+        raise ValueError(f"{Path(suite_dir) / SUITE_FILE}: [lint] accept names unknown rule(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(RULES)}")
     return set(accept)
 
 

@@ -8,6 +8,7 @@ BenchmarkAdapter interface on top of them.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -44,15 +45,17 @@ from adapters.outcomes import (
     is_computer_unset,
 )
 from adapters.waa.catalog import WAATaskCatalog
+from adapters.waa.initial_state import initial_state_problem
 from adapters.waa.client import WAAClient
 from adapters.waa.errors import WAAError
 from adapters.waa.evaluate_client import EvaluateEndpointClient
 from adapters.waa.grounding import Marks
 from adapters.waa.evaluator import evaluate_task
 from adapters.waa.settle import SettlePolicy, Settled, settle
-from adapters.waa.setup_steps import SetupRunner
+from adapters.waa.setup_steps import SetupRunner, SetupStepError
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _POINTER = {ActionType.CLICK, ActionType.DOUBLE_CLICK, ActionType.RIGHT_CLICK}
 
@@ -83,6 +86,12 @@ class LiveAdapterSettings:
     # Score with the local engine, or through an /evaluate endpoint deployed beside the server.
     evaluator: Literal["local", "endpoint"] = "local"
     evaluate_url: str | None = None
+    # The suite's flavour (adapters/waa/suite_settings.py): "waa-v2" scores with WAA-V2's metrics.
+    flavor: str = "waa"
+    # WAA-V2's initial-state check after setup (adapters/waa/initial_state.py), with this many
+    # reruns of the setup before the attempt is a setup failure (V2 restarts up to three times).
+    initial_state_check: bool = False
+    initial_state_retries: int = 2
 
 
 class WAALiveAdapter(BenchmarkAdapter):
@@ -147,8 +156,20 @@ class WAALiveAdapter(BenchmarkAdapter):
         self._settled = None
 
     def run_setup(self, task: BenchmarkTask) -> None:
-        """Run the task's `config` steps; raises SetupStepError naming a failed step."""
-        self.setup_runner.run(task.setup_steps)
+        """Run the task's `config` steps; raises SetupStepError naming a failed step. With
+        `initial_state_check`, the screen must then look like a starting state, else the steps
+        run again (`initial_state_retries` times) before SetupStepError."""
+        tries = 1 + (self.settings.initial_state_retries if self.settings.initial_state_check else 0)
+        for attempt in range(tries):
+            self.setup_runner.run(task.setup_steps)
+            if not self.settings.initial_state_check:
+                return
+            window = self.client.obs_winagent()
+            problem = initial_state_problem(task.domain, self.client.screenshot(), window.window_title)
+            if problem is None:
+                return
+            log.warning("initial-state check, try %d of %d: %s", attempt + 1, tries, problem)
+        raise SetupStepError(len(task.setup_steps), "initial_state_check", f"{problem} (after {tries} tries)")
 
     def screen_size(self) -> tuple[int, int]:
         if self._screen_size is None:
@@ -362,6 +383,7 @@ class WAALiveAdapter(BenchmarkAdapter):
                 offline=self.settings.offline_evaluation,
                 download_dir=self.setup_runner.download_dir,
                 devtools_url=self.setup_runner.devtools_url,
+                flavor=self.settings.flavor,
             )
         kind = evaluation_outcome(outcome.kind, outcome.score)
         return BenchmarkResult(

@@ -30,7 +30,7 @@ from adapters.benchmark import OutcomeKind
 from adapters.outcomes import evaluation_error_outcome
 from adapters.waa.errors import WAAConnectionError
 from adapters.waa.evaluator.getters import GETTERS, GetterContext
-from adapters.waa.evaluator.metrics import METRICS
+from adapters.waa.evaluator.metrics import METRICS, metric_for
 from adapters.waa.evaluator.vm import VMConnection
 
 OutcomeKindName = Literal["scored", "evaluation_error", "infrastructure_error"]
@@ -226,10 +226,10 @@ def _get(ctx: GetterContext, entry: dict[str, Any]) -> Any:
     return GETTERS[entry["type"]](ctx, entry)
 
 
-def _call_metric(name: str, result: Any, expected: Any, options: Any) -> Any:
+def _call_metric(name: str, result: Any, expected: Any, options: Any, flavor: str) -> Any:
     if not isinstance(options, dict):
         raise TypeError(f"options must be an object of keyword arguments, got {_summary(options)}")
-    fn = METRICS[name]
+    fn = metric_for(name, flavor)
     return fn(result, expected, **options) if expected is not None else fn(result, **options)
 
 
@@ -280,18 +280,21 @@ def evaluate_task(
     offline: bool = False,
     download_dir: Path | None = None,
     devtools_url: str | None = None,
+    flavor: str = "waa",
 ) -> EvaluationOutcome:
     """Score a task's final state the way WAA's `DesktopEnv.evaluate()` does.
 
     `last_action` is the agent's last action in WAA's form ("FAIL", "DONE", code...), or None
     when it took none. `cache_dir` receives files copied from the VM (one directory per task
     attempt). `run_postconfig` runs the spec's postconfig steps. `offline` forbids downloads:
-    cloud_file must find its URL in `download_dir` (default `cache_dir / "downloads"`).
+    cloud_file must find its URL in `download_dir` (default `cache_dir / "downloads"`). `flavor`
+    ("waa", "waa-v2") picks the suite's own version of metrics that differ (METRIC_VARIANTS).
     Never raises for a bad spec, a failing getter/metric or an unreachable VM: those become
     outcomes of kind evaluation_error / infrastructure_error.
     """
     ctx = GetterContext(
-        vm=vm, cache_dir=Path(cache_dir), offline=offline, download_dir=download_dir, devtools_url=devtools_url
+        vm=vm, cache_dir=Path(cache_dir), offline=offline, download_dir=download_dir, devtools_url=devtools_url,
+        flavor=flavor,
     )
     details: list[dict[str, Any]] = []
     try:
@@ -367,13 +370,14 @@ def _evaluate_one(plan: _Plan, ctx: GetterContext, details: list[dict[str, Any]]
             details.append(_detail(name, None, result, error=_describe(exc)))
             raise _Stop("evaluation_error", f"expected getter {expected_spec['type']} raised {_describe(exc)}") from exc
 
-    score = _run_metric(name, result, expected, options, details)
+    score = _run_metric(name, result, expected, options, details, ctx.flavor)
     return score, _explain(name, score, result, expected)
 
 
-def _run_metric(name: str, result: Any, expected: Any, options: Any, details: list[dict[str, Any]]) -> float:
+def _run_metric(name: str, result: Any, expected: Any, options: Any, details: list[dict[str, Any]],
+                flavor: str) -> float:
     try:
-        raw = _call_metric(name, result, expected, options)
+        raw = _call_metric(name, result, expected, options, flavor)
     except Exception as exc:  # noqa: BLE001 - WAA does not catch metric exceptions
         _raise_if_infrastructure(exc, f"metric {name}")
         details.append(_detail(name, None, result, expected, _describe(exc)))
@@ -443,7 +447,7 @@ def _evaluate_many(
                     "evaluation_error", f"{label}: expected getter {expected_spec['type']} raised {_describe(exc)}"
                 ) from exc
 
-        score = _run_metric(name, result, expected, plan.options[index], details)
+        score = _run_metric(name, result, expected, plan.options[index], details, ctx.flavor)
         reasons.append(_explain(name, score, result, expected))
         if conj == "and" and score == 0.0:
             return 0.0, f"and: stopped at {label} (0): " + "; ".join(reasons)

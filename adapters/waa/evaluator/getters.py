@@ -42,6 +42,8 @@ class GetterContext:
     download_timeout: float = 60.0
     devtools_url: str | None = None
     """The browser's DevTools HTTP endpoint on the VM (port 9222), for tab and page getters."""
+    flavor: str = "waa"
+    """The suite's flavour ("waa", "waa-v2"): which version of a metric that differs scores it."""
 
     @property
     def downloads(self) -> Path:

@@ -32,6 +32,28 @@ def metric(name: str) -> Callable[[_F], _F]:
     return METRICS.register(name)
 
 
+# Suite flavours whose evaluator differs from WAA's for some metrics: (flavour, name) -> metric.
+SUITE_FLAVORS = ("waa", "waa-v2")
+METRIC_VARIANTS: dict[tuple[str, str], Metric] = {}
+
+
+def metric_variant(flavor: str, name: str) -> Callable[[_F], _F]:
+    """Register `name`'s implementation for suites of `flavor` (WAA's stays the default)."""
+    if flavor not in SUITE_FLAVORS[1:]:
+        raise ValueError(f"unknown suite flavour {flavor!r}; known: {', '.join(SUITE_FLAVORS)}")
+
+    def register(fn: _F) -> _F:
+        METRIC_VARIANTS[(flavor, name)] = fn
+        return fn
+
+    return register
+
+
+def metric_for(name: str, flavor: str = "waa") -> Metric:
+    """The metric `name` as suites of `flavor` score it."""
+    return METRIC_VARIANTS.get((flavor, name)) or METRICS[name]
+
+
 def _read_text(path: str) -> str:
     with open(path, encoding="utf-8") as handle:  # universal newlines: \r\n and \r become \n
         return handle.read()

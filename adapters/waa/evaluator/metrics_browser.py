@@ -15,7 +15,7 @@ from itertools import product
 from typing import Any
 
 from adapters.waa.browser_setup import urls_match
-from adapters.waa.evaluator.metrics import metric
+from adapters.waa.evaluator.metrics import metric, metric_variant
 
 
 def _unsupported(rule_type: Any) -> TypeError:
@@ -43,6 +43,23 @@ def is_shortcut_on_desktop(shortcuts: Any, rule: Any) -> float:
                 continue
         return 0.0
     raise _unsupported(kind)
+
+
+@metric_variant("waa-v2", "is_shortcut_on_desktop")
+def is_shortcut_on_desktop_v2(shortcuts: Any, rule: Any) -> float:
+    """WAA-V2's `is_shortcut_on_desktop`: WAA's, plus rule `url`, which v1 rejects: a shortcut
+    whose LnkParse3 JSON `data.url`, or whose `URL=` line (an Internet shortcut), is the rule's URL
+    under `compare_urls`."""
+    if rule["type"] != "url":
+        return is_shortcut_on_desktop(shortcuts, rule)
+    for content in shortcuts.values():
+        try:
+            url = json.loads(content)["data"]["url"]
+        except Exception:  # noqa: BLE001 - not the JSON dump: look for an URL= line instead
+            url = next((line[4:].strip() for line in str(content).splitlines() if line.startswith("URL=")), None)
+        if url and urls_match(rule["url"], url):
+            return 1.0
+    return 0.0
 
 
 @metric("check_font_size")
@@ -140,6 +157,15 @@ def is_cookie_deleted(cookie_data: Any, rule: Any) -> float:
         if any(urls_match(domain, host) for host in hosts):
             return 0.0
     return 1.0
+
+
+@metric_variant("waa-v2", "is_cookie_deleted")
+def is_cookie_deleted_v2(cookie_data: Any, rule: Any) -> float:
+    """WAA-V2's `is_cookie_deleted`: no cookie data at all (the store is gone or empty) counts
+    as deleted (1.0), where WAA raises on None; otherwise WAA's rule."""
+    if not cookie_data:
+        return 1.0
+    return is_cookie_deleted(cookie_data, rule)
 
 
 @metric("check_history_deleted")
