@@ -40,7 +40,7 @@ from adapters.images.provenance import (
 from adapters.images.container_registry import resolve_digest
 from adapters.images.spec import UBUNTU_SSM_PARAMETER, BuildSpec
 from adapters.images.stages import BuildError, BuildStatus, ImageBuilder
-from adapters.images.verify import probe_summary
+from adapters.images.verify import boot_and_probe
 from adapters.vms.aws import (
     LIVE_STATES,
     NESTED_VIRTUALIZATION_FAMILIES,
@@ -401,19 +401,7 @@ class AWSImageBuilder(ImageBuilder):
             raise BuildError(f"AWS image build {self.spec.name}: no available image to verify (stage 3 not done)")
         image_id = str(image["ImageId"])
         provider = self.verify_provider(image_id)
-        try:
-            try:
-                vm = provider.create("verify")
-            except ProviderError as exc:
-                raise BuildError(f"AWS image build {self.spec.name}: a VM from {image_id} did not come up: "
-                                 f"{exc}") from exc
-            try:
-                summary = probe_summary(vm.base_url)
-            finally:
-                provider.delete(vm)
-        finally:
-            sweep_run(provider, self.spec.verify_run_id)
-            provider.close()
+        summary = boot_and_probe(provider, self.spec.verify_run_id, self.spec.name, image_id)
         stamp = self._clock().astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         marks = {TAG_VERIFIED: "true", TAG_VERIFIED_AT: stamp}
         self._cloud("tagging the image verified", lambda: (

@@ -39,7 +39,7 @@ from adapters.images.provenance import (
 )
 from adapters.images.spec import DEFAULT_AZURE_BASE_IMAGE, BuildSpec
 from adapters.images.stages import BuildError, BuildStatus, ImageBuilder
-from adapters.images.verify import probe_summary
+from adapters.images.verify import boot_and_probe
 from adapters.vms.azure import TAG_NAME, TAG_VM, AzureProvider, AzureSettings, _error_text
 from adapters.vms.base import TAG_MANAGED, TAG_OWNER, TAG_RUN_ID, ProviderError, VMHandle
 from adapters.vms.janitor import sweep_run
@@ -392,19 +392,7 @@ class AzureImageBuilder(ImageBuilder):
             raise BuildError(f"Azure image build {self.spec.name}: no finished image version to verify "
                              "(stage 3 not done)")
         provider = self.verify_provider(str(version.id))
-        try:
-            try:
-                vm = provider.create("verify")
-            except ProviderError as exc:
-                raise BuildError(f"Azure image build {self.spec.name}: a VM from {version.id} did not come up: "
-                                 f"{exc}") from exc
-            try:
-                summary = probe_summary(vm.base_url)
-            finally:
-                provider.delete(vm)
-        finally:
-            sweep_run(provider, self.spec.verify_run_id)
-            provider.close()
+        summary = boot_and_probe(provider, self.spec.verify_run_id, self.spec.name, str(version.id))
         stamp = self._clock().astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         tags = {**(version.tags or {}), TAG_VERIFIED: "true", TAG_VERIFIED_AT: stamp}
         self._call("tagging the image version verified", lambda: self.compute.gallery_image_versions.begin_update(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from adapters.images.stages import BuildError
+from adapters.vms.base import ProviderError, VMProvider
+from adapters.vms.janitor import sweep_run
 from adapters.waa.client import WAAClient
 from adapters.waa.probe import format_probe, probe_server
 
@@ -20,3 +22,21 @@ def probe_summary(base_url: str) -> str:
         raise BuildError(f"the WAA server of the verification VM fails layer '{failed[0].layer}':\n"
                          + format_probe(base_url, results))
     return f"probe passed ({len(results)} layers: {', '.join(r.layer for r in results)})"
+
+
+def boot_and_probe(provider: VMProvider, run_id: str, build: str, image: str) -> str:
+    """Boot one VM of `provider` (built for the verification run `run_id`) from the image, run
+    every probe layer on it, then delete it and anything of that run left behind; the probe's
+    summary, or BuildError naming build `build` and `image`."""
+    try:
+        try:
+            vm = provider.create("verify")
+        except ProviderError as exc:
+            raise BuildError(f"image build {build}: a VM from {image} did not come up: {exc}") from exc
+        try:
+            return probe_summary(vm.base_url)
+        finally:
+            provider.delete(vm)
+    finally:
+        sweep_run(provider, run_id)
+        provider.close()
