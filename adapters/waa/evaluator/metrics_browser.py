@@ -11,6 +11,7 @@ order-sensitive experiment lists, substring matches). URLs are compared with WAA
 from __future__ import annotations
 
 import json
+import re
 from itertools import product
 from typing import Any
 
@@ -47,18 +48,31 @@ def is_shortcut_on_desktop(shortcuts: Any, rule: Any) -> float:
 
 @metric_variant("waa-v2", "is_shortcut_on_desktop")
 def is_shortcut_on_desktop_v2(shortcuts: Any, rule: Any) -> float:
-    """WAA-V2's `is_shortcut_on_desktop`: WAA's, plus rule `url`, which v1 rejects: a shortcut
-    whose LnkParse3 JSON `data.url`, or whose `URL=` line (an Internet shortcut), is the rule's URL
-    under `compare_urls`."""
+    """WAA-V2's `is_shortcut_on_desktop`: WAA's, plus rule `url`, which WAA rejects. For each
+    shortcut: when its text is JSON with `data.url` (the LnkParse3 dump), that URL is compared;
+    JSON without it but containing "URL=" compares the first line starting "URL="; text that is
+    not JSON compares the first "URL=..." found anywhere in it. Every error is swallowed, as V2's
+    bare excepts do, so a rule without a `url` key (V2's own task 35253b65 names its URL
+    `description`) scores 0, never an error."""
     if rule["type"] != "url":
         return is_shortcut_on_desktop(shortcuts, rule)
     for content in shortcuts.values():
         try:
-            url = json.loads(content)["data"]["url"]
-        except Exception:  # noqa: BLE001 - not the JSON dump: look for an URL= line instead
-            url = next((line[4:].strip() for line in str(content).splitlines() if line.startswith("URL=")), None)
-        if url and urls_match(rule["url"], url):
-            return 1.0
+            data = json.loads(content)
+            if "data" in data and "url" in data["data"]:
+                if urls_match(rule["url"], data["data"]["url"]):
+                    return 1.0
+            elif "URL=" in content:
+                line = next((ln for ln in content.split("\n") if ln.startswith("URL=")), None)
+                if line and urls_match(rule["url"], line[4:]):
+                    return 1.0
+        except Exception:  # noqa: BLE001 - V2's bare except: try the raw "URL=" form instead
+            try:
+                found = re.search(r"URL=(.+?)(\n|$)", content)
+                if found and urls_match(rule["url"], found.group(1)):
+                    return 1.0
+            except Exception:  # noqa: BLE001 - V2 skips this shortcut
+                pass
     return 0.0
 
 
@@ -162,8 +176,8 @@ def is_cookie_deleted(cookie_data: Any, rule: Any) -> float:
 @metric_variant("waa-v2", "is_cookie_deleted")
 def is_cookie_deleted_v2(cookie_data: Any, rule: Any) -> float:
     """WAA-V2's `is_cookie_deleted`: no cookie data at all (the store is gone or empty) counts
-    as deleted (1.0), where WAA raises on None; otherwise WAA's rule."""
-    if not cookie_data:
+    as deleted (1.0) whatever the rule, where WAA raises on None; otherwise WAA's rule."""
+    if cookie_data is None or len(cookie_data) == 0:
         return 1.0
     return is_cookie_deleted(cookie_data, rule)
 
