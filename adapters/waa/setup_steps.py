@@ -24,12 +24,14 @@ from typing import Any
 
 import requests
 
+from adapters.host_paths import inside
 from adapters.outcomes import EnvironmentFault, Fault, classify_download_error, classify_setup_error
 from adapters.registry import Registry
 from adapters.waa.browser_setup import BrowserSetupError, DevToolsClient, close_tabs, open_tabs, update_browse_history
 from adapters.waa.client import ExecuteResult, WAAClient
 from adapters.waa.downloads import cached_download_path
 from adapters.waa.errors import WAAConnectionError, WAAError
+from adapters.waa.host_fetch import FetchPolicy
 
 # WAA's `until` loop: retry every 0.3 s, give up after 5 failed requests. WAA retries forever
 # while requests succeed but the condition is unmet; we stop after UNTIL_MAX_ATTEMPTS (~30 s).
@@ -107,8 +109,12 @@ class SetupRunner:
         launch_verify_seconds: float = 30.0,
         devtools_url: str | None = None,
         download_dir: Path | None = None,
+        fetch_policy: FetchPolicy | None = None,
     ) -> None:
         self.client = client
+        # What the host may download for a task (adapters/waa/host_fetch.py): a refused URL is
+        # the task's own setup failure.
+        self.fetch_policy = fetch_policy or FetchPolicy.from_env()
         self.cache_dir = cache_dir
         # Downloads are keyed by URL and may be shared between attempts (and so between
         # threads); everything else in cache_dir belongs to one attempt.
@@ -277,7 +283,7 @@ class SetupRunner:
 
     def _save_output(self, name: str, text: str) -> None:
         if name:
-            target = self.cache_dir / Path(name).name  # never write outside the cache
+            target = inside(self.cache_dir, name, what="command output file")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
 
@@ -343,7 +349,7 @@ class SetupRunner:
         cached = self.download_cache_path(url, name)
         if cached.exists():
             return cached.read_bytes()
-        response = requests.get(url, timeout=self.download_timeout)
+        response = self.fetch_policy.get(url, timeout=self.download_timeout)
         response.raise_for_status()
         cached.parent.mkdir(parents=True, exist_ok=True)
         # A temporary file of this writer's own, renamed into place: two attempts fetching the

@@ -30,7 +30,9 @@ from adapters.benchmark import OutcomeKind
 from adapters.outcomes import evaluation_error_outcome
 from adapters.waa.errors import WAAConnectionError
 from adapters.waa.evaluator.getters import GETTERS, GetterContext
-from adapters.waa.evaluator.metrics import METRICS, metric_for
+from adapters.host_paths import is_inside
+from adapters.waa.host_fetch import FetchPolicy
+from adapters.waa.evaluator.metrics import FILE_ARGUMENTS, METRICS, metric_for
 from adapters.waa.evaluator.vm import VMConnection
 
 OutcomeKindName = Literal["scored", "evaluation_error", "infrastructure_error"]
@@ -226,6 +228,22 @@ def _get(ctx: GetterContext, entry: dict[str, Any]) -> Any:
     return GETTERS[entry["type"]](ctx, entry)
 
 
+def _check_host_files(name: str, arguments: tuple[Any, ...], folders: list[Path]) -> None:
+    """A metric that reads host files may only be given files inside the evaluation's folders
+    (what the file getters wrote); a path from anywhere else (a task's `rule` value) ends the
+    evaluation before any file is opened."""
+    for position, value in enumerate(arguments[: FILE_ARGUMENTS.get(name, 0)]):
+        paths = value if isinstance(value, (list, tuple)) else [value]
+        for path in paths:
+            if isinstance(path, (str, Path)) and str(path) and not is_inside(path, folders):
+                role = "result" if position == 0 else "expected"
+                raise _Stop(
+                    "evaluation_error",
+                    f"metric {name}: its {role} file {str(path)!r:.120} is not one the evaluation's getters "
+                    "produced (outside the task's cache and download folders); refused",
+                )
+
+
 def _call_metric(name: str, result: Any, expected: Any, options: Any, flavor: str) -> Any:
     if not isinstance(options, dict):
         raise TypeError(f"options must be an object of keyword arguments, got {_summary(options)}")
@@ -281,6 +299,7 @@ def evaluate_task(
     download_dir: Path | None = None,
     devtools_url: str | None = None,
     flavor: str = "waa",
+    fetch_policy: FetchPolicy | None = None,
 ) -> EvaluationOutcome:
     """Score a task's final state the way WAA's `DesktopEnv.evaluate()` does.
 
@@ -289,12 +308,13 @@ def evaluate_task(
     attempt). `run_postconfig` runs the spec's postconfig steps. `offline` forbids downloads:
     cloud_file must find its URL in `download_dir` (default `cache_dir / "downloads"`). `flavor`
     ("waa", "waa-v2") picks the suite's own version of metrics that differ (METRIC_VARIANTS).
+    `fetch_policy` says what getters may fetch on the host (default: ARENA_FETCH_ALLOW's).
     Never raises for a bad spec, a failing getter/metric or an unreachable VM: those become
     outcomes of kind evaluation_error / infrastructure_error.
     """
     ctx = GetterContext(
         vm=vm, cache_dir=Path(cache_dir), offline=offline, download_dir=download_dir, devtools_url=devtools_url,
-        flavor=flavor,
+        flavor=flavor, fetch_policy=fetch_policy or FetchPolicy.from_env(),
     )
     details: list[dict[str, Any]] = []
     try:
@@ -370,12 +390,14 @@ def _evaluate_one(plan: _Plan, ctx: GetterContext, details: list[dict[str, Any]]
             details.append(_detail(name, None, result, error=_describe(exc)))
             raise _Stop("evaluation_error", f"expected getter {expected_spec['type']} raised {_describe(exc)}") from exc
 
-    score = _run_metric(name, result, expected, options, details, ctx.flavor)
+    score = _run_metric(name, result, expected, options, details, ctx)
     return score, _explain(name, score, result, expected)
 
 
 def _run_metric(name: str, result: Any, expected: Any, options: Any, details: list[dict[str, Any]],
-                flavor: str) -> float:
+                ctx: GetterContext) -> float:
+    flavor = ctx.flavor
+    _check_host_files(name, (result, expected), [ctx.cache_dir, ctx.downloads])
     try:
         raw = _call_metric(name, result, expected, options, flavor)
     except Exception as exc:  # noqa: BLE001 - WAA does not catch metric exceptions
@@ -447,7 +469,7 @@ def _evaluate_many(
                     "evaluation_error", f"{label}: expected getter {expected_spec['type']} raised {_describe(exc)}"
                 ) from exc
 
-        score = _run_metric(name, result, expected, plan.options[index], details, ctx.flavor)
+        score = _run_metric(name, result, expected, plan.options[index], details, ctx)
         reasons.append(_explain(name, score, result, expected))
         if conj == "and" and score == 0.0:
             return 0.0, f"and: stopped at {label} (0): " + "; ".join(reasons)

@@ -579,7 +579,7 @@ def test_image_dimension_matches_input(run, svm, ctx):
     spec = exact({"type": "image_dimension_matches_input", "filepath": path, "width": "800", "height": "600"}, True)
     svm.files[path] = _png(Image.new("RGB", (800, 600), "white"))
     assert run(spec).score == 1.0
-    assert (ctx.cache_dir.parent / "cache0" / path).exists()  # WAA names the cache file after the whole path
+    assert (ctx.cache_dir.parent / "cache0" / "CanvasSize.png").exists()  # named after the path's last part
     svm.files[path] = _png(Image.new("RGB", (600, 800), "white"))
     assert run(spec).score == 0.0
     del svm.files[path]
