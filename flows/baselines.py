@@ -14,13 +14,24 @@ Relative paths inside the baselines file (`suite`, `cloud_config`, `agent_option
 ...) are resolved against the directory of the baselines file; `db_path` and `artifacts_dir`,
 like in `arena run`, against the working directory of the process running the flow. A baseline
 without `store_url` uses $ARENA_STORE_URL (the team store) when set, else `db_path`.
+
+The flows a deployment serves take names, never configurations: anyone who can reach the
+Prefect API can start a flow run with any parameters, so a served flow's parameters are a
+baseline's name, a run id, and, for a model update, a model id and endpoint that the baseline's
+own `[baselines.model_updates]` allow-list admits. Everything else (the baselines file, the
+store, suites, folders, the names of secrets' variables) comes from the operator's
+configuration: the baselines file itself and the serving process's environment
+(`OperatorSettings`).
 """
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,7 +39,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from adapters.agents import AGENT_NAMES, AgentOptions, build_agent
+from adapters.agents import AGENT_NAMES, MODEL_AGENTS, AgentOptions, build_agent
 from adapters.results.compare import (
     RunComparison,
     compare_runs,
@@ -37,13 +48,14 @@ from adapters.results.compare import (
     stored_run_status,
 )
 from adapters.results.source import latest_completed_run as stored_latest_completed_run
+from adapters.secrets import redact_url, url_secret
 from adapters.store.duckdb_store import agent_config_hash
 from adapters.vms.base import ResetLevel
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from adapters.waa.settle import SettleChoice
 from flows.bookkeeping import best_effort
 from flows.evaluate_suite import run_suite
-from flows.run_config import SuiteRunConfig
+from flows.run_config import SAFE_RUN_ID, SuiteRunConfig
 
 BASELINES_FILE_VERSION = 1
 DEFAULT_BASELINES_FILE = "deployments/baselines.toml"
@@ -55,6 +67,54 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 class BaselinesFileError(ValueError):
     """The baselines file is missing or invalid; the message names the file and the entry."""
+
+
+class ModelUpdateRefused(ValueError):
+    """A model update names a model or endpoint the baseline does not admit; one line naming
+    the baseline and what was refused."""
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """What only the operator chooses for served flows, read from the serving process's
+    environment when a run starts (never from a flow run's parameters)."""
+
+    baselines_file: str = DEFAULT_BASELINES_FILE  # ARENA_BASELINES_FILE
+    export_failures: str | None = None  # ARENA_MODEL_UPDATE_EXPORT_DIR: model updates' failures go here
+    export_format: Literal["trajectories", "sft"] = "trajectories"  # ARENA_MODEL_UPDATE_EXPORT_FORMAT
+
+    @classmethod
+    def from_env(cls) -> OperatorSettings:
+        fmt = os.environ.get("ARENA_MODEL_UPDATE_EXPORT_FORMAT", "trajectories")
+        if fmt not in ("trajectories", "sft"):
+            raise ValueError(f"ARENA_MODEL_UPDATE_EXPORT_FORMAT must be trajectories or sft, got {fmt!r}")
+        return cls(
+            baselines_file=os.environ.get("ARENA_BASELINES_FILE") or DEFAULT_BASELINES_FILE,
+            export_failures=os.environ.get("ARENA_MODEL_UPDATE_EXPORT_DIR") or None,
+            export_format=fmt,  # type: ignore[arg-type]
+        )
+
+
+_MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
+_CHECKPOINT = re.compile(r"^[\x21-\x7e]{1,500}$")  # printable, no spaces or control characters
+
+
+class ModelUpdates(BaseModel):
+    """Who may point a baseline's agent at a new model: the model ids (shell-style patterns) and
+    the endpoints (exact base URLs) a `model.updated` event or an API caller may name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[str] = Field(min_length=1)
+    endpoints: list[str] = Field(default_factory=list)
+
+    @field_validator("endpoints")
+    @classmethod
+    def _urls(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if not re.match(r"^https?://[^\s/@]+(/\S*)?$", url) or url_secret(url):
+                raise ValueError(f"endpoint {redact_url(url)!r} must be an http(s) base URL without credentials")
+        return [url.rstrip("/") for url in value]
 
 
 class Baseline(BaseModel):
@@ -88,6 +148,9 @@ class Baseline(BaseModel):
     db_path: Path = Path("results/arena.duckdb")
     store_url: str | None = None  # the team store (PostgreSQL URL, no password); None: $ARENA_STORE_URL
     artifacts_dir: Path = Path("results/artifacts")
+    # Which new models may be evaluated against this baseline (deployment on-model-update); None:
+    # none may (the baseline's agent calls no model, or the operator has not opened it).
+    model_updates: ModelUpdates | None = None
 
     @field_validator("name")
     @classmethod
@@ -116,6 +179,35 @@ class Baseline(BaseModel):
 
     def suite_dir(self) -> Path:
         return bundled_suite_dir() if self.suite == "bundled" else Path(self.suite)
+
+    def check_model_update(self, model: Any, endpoint: Any, checkpoint: Any) -> None:
+        """Refuse (`ModelUpdateRefused`, one line naming this baseline) a model update this
+        baseline's allow-list does not admit: a model id no pattern matches, an endpoint not
+        listed, a malformed checkpoint label."""
+        where = f"baseline {self.name!r}"
+        if self.agent not in MODEL_AGENTS:
+            raise ModelUpdateRefused(
+                f"{where} runs the {self.agent!r} agent, which calls no model: a model update cannot be evaluated "
+                f"with it (use a baseline whose agent is one of {', '.join(sorted(MODEL_AGENTS))})"
+            )
+        if self.model_updates is None:
+            raise ModelUpdateRefused(
+                f"{where} admits no model updates: the operator lists the model ids and endpoints it may be "
+                "pointed at under [baselines.model_updates] in the baselines file"
+            )
+        if not isinstance(model, str) or not _MODEL_ID.match(model):
+            raise ModelUpdateRefused(f"{where}: model id {model!r:.120} is not a model name")
+        if not any(fnmatch.fnmatchcase(model, pattern) for pattern in self.model_updates.models):
+            raise ModelUpdateRefused(
+                f"{where}: model {model!r} matches none of the admitted models {self.model_updates.models}"
+            )
+        if endpoint is not None and str(endpoint).rstrip("/") not in self.model_updates.endpoints:
+            raise ModelUpdateRefused(
+                f"{where}: endpoint {redact_url(str(endpoint))!r:.200} is not one of the admitted endpoints "
+                f"{self.model_updates.endpoints or '(none: the baseline keeps its own)'}"
+            )
+        if checkpoint is not None and (not isinstance(checkpoint, str) or not _CHECKPOINT.match(checkpoint)):
+            raise ModelUpdateRefused(f"{where}: checkpoint {checkpoint!r:.120} must be printable text without spaces")
 
 
 def _resolve(path: Path | None, base: Path) -> Path | None:
@@ -169,6 +261,11 @@ def load_baselines(path: str | Path) -> list[Baseline]:
             raise BaselinesFileError(f"{file}: {label}: {problems}") from None
         if baseline.name in seen:
             raise BaselinesFileError(f"{file}: {label}: duplicate name {baseline.name!r}")
+        if baseline.model_updates is not None and baseline.agent not in MODEL_AGENTS:
+            raise BaselinesFileError(
+                f"{file}: {label}: model_updates on the {baseline.agent!r} agent, which calls no model; "
+                f"only {', '.join(sorted(MODEL_AGENTS))} can be pointed at a new model"
+            )
         seen.add(baseline.name)
         options = baseline.agent_options
         baseline = baseline.model_copy(
@@ -322,14 +419,42 @@ def _nightly_run_name() -> str:
     return f"nightly-{when.astimezone(timezone.utc):%Y-%m-%d-%H%M}utc"
 
 
+def _run_id_parameter(run_id: str | None) -> str | None:
+    """A run id a caller names (to resume it): the same safe names `arena run --run-id` takes."""
+    if run_id is not None and not SAFE_RUN_ID.fullmatch(run_id):
+        raise ValueError(f"run id {run_id!r:.80} may hold only letters, digits, '.', '_' and '-'")
+    return run_id
+
+
+def _on_demand_run_name() -> str:
+    """on-demand-<baseline>, e.g. `on-demand-scripted-bundled-local`."""
+    from prefect.runtime import flow_run
+
+    return f"on-demand-{flow_run.parameters.get('baseline', DEFAULT_BASELINE)}"
+
+
+@flow(name="evaluate-baseline", flow_run_name=_on_demand_run_name)
+def evaluate_baseline(baseline: str = DEFAULT_BASELINE, run_id: str | None = None) -> str:
+    """Run one baseline of the operator's baselines file by name (deployment `on-demand`); with
+    `run_id`, resume that run of it. Returns the run id.
+
+    A caller chooses only which configured baseline runs; its configuration, store and folders
+    are the operator's (the baselines file named by ARENA_BASELINES_FILE)."""
+    settings = OperatorSettings.from_env()
+    file = resolve_baselines_file(settings.baselines_file)
+    chosen = find_baseline(load_baselines(file), baseline, file)
+    return baseline_run(chosen, baseline_config(chosen, _run_id_parameter(run_id)))
+
+
 @flow(name="nightly-baselines", flow_run_name=_nightly_run_name)
-def nightly_baselines(baselines_file: str = DEFAULT_BASELINES_FILE) -> dict[str, str]:
-    """Run every baseline of the file, one after the other; returns run ids by baseline name.
+def nightly_baselines() -> dict[str, str]:
+    """Run every baseline of the operator's baselines file (ARENA_BASELINES_FILE), one after the
+    other; returns run ids by baseline name.
 
     A failing baseline does not stop the others; the flow fails at the end if any failed.
     """
     logger = get_run_logger()
-    baselines = load_baselines(baselines_file)
+    baselines = load_baselines(OperatorSettings.from_env().baselines_file)
     run_ids: dict[str, str] = {}
     failed: dict[str, str] = {}
     for baseline in baselines:
@@ -348,7 +473,7 @@ def _model_update_run_name() -> str:
     from prefect.runtime import flow_run
 
     params = flow_run.parameters
-    return f"model-update-{params.get('model')}-vs-{params.get('baseline', DEFAULT_BASELINE)}"
+    return f"model-update-{slug(str(params.get('model')))}-vs-{slug(str(params.get('baseline', DEFAULT_BASELINE)))}"
 
 
 @flow(name="evaluate-model-update", flow_run_name=_model_update_run_name)
@@ -357,28 +482,33 @@ def evaluate_model_update(
     endpoint: str | None = None,
     checkpoint: str | None = None,
     baseline: str = DEFAULT_BASELINE,
-    baselines_file: str = DEFAULT_BASELINES_FILE,
-    run_baseline_if_missing: bool = True,
-    export_failures: str | None = None,
-    export_format: Literal["trajectories", "sft"] = "trajectories",
 ) -> RunComparison:
     """Evaluate a new model with a baseline's agent and suite, and compare it with the baseline.
 
-    The agent options' `model` (and `base_url`, when `endpoint` is given) are replaced. The
-    comparison is against the latest completed run of the baseline's own configuration in the
-    same DuckDB file; when there is none, the baseline is run first (unless
-    `run_baseline_if_missing` is false, then the flow fails). The comparison (per-domain rates
-    with intervals, flips, and the exact McNemar verdict) is published as the markdown artifact
-    `model-update-<baseline>` (one version per evaluated model).
+    `model` and `endpoint` must be admitted by the baseline's `[baselines.model_updates]` in the
+    operator's baselines file (otherwise the run is refused before any VM starts, naming the
+    baseline). The agent options' `model` (and `base_url`, when `endpoint` is given) are
+    replaced. The comparison is against the latest completed run of the baseline's own
+    configuration in the same store; when there is none, the baseline is run first. The
+    comparison (per-domain rates with intervals, flips, and the exact McNemar verdict) is
+    published as the markdown artifact `model-update-<baseline>` (one version per model).
 
-    With `export_failures` (a directory), the new run's failed episodes (agent failures and
-    timeouts: the model's own) are exported there as `<dir>/<new run id>` in `export_format`
-    for the next training round, and the artifact links the export. Held-out tasks are never
-    exported (the artifact says so instead).
+    With ARENA_MODEL_UPDATE_EXPORT_DIR set where the flow runs, the new run's failed episodes
+    (agent failures and timeouts: the model's own) are exported there as `<dir>/<new run id>`
+    (ARENA_MODEL_UPDATE_EXPORT_FORMAT: trajectories or sft) for the next training round, and the
+    artifact links the export. Held-out tasks are never exported (the artifact says so instead).
     """
+    return run_model_update(model, endpoint, checkpoint, baseline, OperatorSettings.from_env())
+
+
+def run_model_update(
+    model: str, endpoint: str | None, checkpoint: str | None, baseline: str, settings: OperatorSettings
+) -> RunComparison:
+    """The model update's work, with the operator's settings given (see `evaluate_model_update`)."""
     logger = get_run_logger()
-    file = resolve_baselines_file(baselines_file)
+    file = resolve_baselines_file(settings.baselines_file)
     chosen = find_baseline(load_baselines(file), baseline, file)
+    chosen.check_model_update(model, endpoint, checkpoint)
     reference = baseline_config(chosen)
     new_config = model_update_config(chosen, model, endpoint, checkpoint=checkpoint)
     logger.info(
@@ -387,11 +517,6 @@ def evaluate_model_update(
 
     baseline_run_id = latest_completed_run(reference.store_location, reference)
     if baseline_run_id is None:
-        if not run_baseline_if_missing:
-            raise RuntimeError(
-                f"no completed run of baseline {chosen.name!r} in {reference.store_location}; "
-                "run the nightly baselines first"
-            )
         logger.info("no completed run of baseline %s yet; running it first", chosen.name)
         baseline_run_id = baseline_run(chosen, reference)
     else:
@@ -408,8 +533,9 @@ def evaluate_model_update(
     )
     title = f"{model} vs baseline {chosen.name}" + (f" (checkpoint {checkpoint})" if checkpoint else "")
     markdown = comparison_markdown(comparison, title)
-    if export_failures:
-        markdown += "\n\n" + _export_failures(new_config, new_run_id, Path(export_failures), export_format)
+    if settings.export_failures:
+        markdown += "\n\n" + _export_failures(new_config, new_run_id, Path(settings.export_failures),
+                                              settings.export_format)
     best_effort(
         "publishing the comparison artifact",
         lambda: create_markdown_artifact(

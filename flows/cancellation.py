@@ -9,7 +9,8 @@ for running attempts, teardown, status `cancelled`).
 
     terminate_on_sigterm()      this process stops on SIGTERM by raising TerminationSignal
     stop_when_cancelled()       while the block runs, SIGTERM this process once its run is cancelled
-    cancellation_requested()    whether the server holds the current flow run in Cancelling/Cancelled
+    cancellation_requested()    whether the server holds the current flow run (or one above it) in
+                                Cancelling/Cancelled
 """
 
 from __future__ import annotations
@@ -60,13 +61,33 @@ def _current_flow_run() -> Any:
     return context.flow_run
 
 
+_CANCELLED = {"CANCELLING", "CANCELLED"}
+
+
+def _lineage_cancelled(flow_run_id: UUID | str) -> bool:
+    """Whether the flow run or any flow run above it (a served flow runs the suite as a subflow:
+    the on-demand baseline, the nightly) is Cancelling or Cancelled."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        current: UUID | str | None = flow_run_id
+        for _ in range(10):  # the product nests flows three deep at most
+            if current is None:
+                return False
+            flow_run = client.read_flow_run(current)
+            if flow_run.state is not None and flow_run.state.type.value in _CANCELLED:
+                return True
+            if flow_run.parent_task_run_id is None:
+                return False
+            current = client.read_task_run(flow_run.parent_task_run_id).flow_run_id
+    return False
+
+
 def cancellation_requested() -> bool:
-    """Whether the server holds the current flow run in Cancelling or Cancelled (False if it
-    cannot be asked)."""
+    """Whether the server holds the current flow run, or a flow run above it, in Cancelling or
+    Cancelled (False if it cannot be asked)."""
     flow_run_id = _current_flow_run().id
-    return best_effort("reading the flow run's state", lambda: _state_type(flow_run_id), retry_for=5.0) in {
-        "CANCELLING", "CANCELLED",
-    }
+    return bool(best_effort("reading the flow run's state", lambda: _lineage_cancelled(flow_run_id), retry_for=5.0))
 
 
 @contextmanager
@@ -84,7 +105,7 @@ def stop_when_cancelled() -> Iterator[None]:
     def watch() -> None:
         while not done.wait(POLL_SECONDS):
             try:
-                cancelled = _state_type(flow_run_id) in {"CANCELLING", "CANCELLED"}
+                cancelled = _state_type(flow_run_id) in _CANCELLED
             except Exception:  # noqa: BLE001 - the server may be restarting; ask again
                 continue
             if cancelled:

@@ -331,7 +331,7 @@ def _notify_model_updated(args: argparse.Namespace) -> int:
     return 0
 
 
-SERVED_DEPLOYMENTS = ["evaluate-suite/bundled-local", "nightly-baselines/nightly-baselines",
+SERVED_DEPLOYMENTS = ["evaluate-baseline/on-demand", "nightly-baselines/nightly-baselines",
                       "evaluate-model-update/on-model-update"]
 NIGHTLY = "nightly-baselines/nightly-baselines"
 
@@ -480,6 +480,10 @@ def _sql(args: argparse.Namespace) -> int:
         answer = read_only_query(args.db, args.query)
     else:
         with results_connection(args.db) as conn:
+            # The connection is read-only; this also forbids files: no COPY ... TO, read_csv,
+            # ATTACH or extensions, and the setting cannot be turned back on.
+            conn.execute("SET enable_external_access = false")
+            conn.execute("SET lock_configuration = true")
             try:
                 cursor = conn.execute(args.query)
             except duckdb.Error as exc:

@@ -20,6 +20,8 @@ from prefect.events import Event
 from prefect.events.clients import PrefectEventsClient
 from prefect.settings import PREFECT_API_URL
 
+from adapters.secrets import refuse_url_secret
+
 MODEL_UPDATED = "model.updated"
 
 
@@ -27,6 +29,8 @@ def model_updated_event(model: str, endpoint: str | None, checkpoint: str | None
     """The event's name, resource and payload (what emit_event sends, and what curl should POST)."""
     if not model or not model.strip():
         raise ValueError("model must not be empty")
+    if endpoint:
+        refuse_url_secret(endpoint, "--endpoint", "leave it out: the baseline's api_key_env names the key's variable")
     return {
         "event": MODEL_UPDATED,
         "resource": {"prefect.resource.id": f"model.{model}", "prefect.resource.name": model},

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from adapters.agents import AgentOptions
 from adapters.benchmark import BenchmarkResult
 from adapters.results.source import stored_selection
+from adapters.secrets import refuse_url_secret
 from adapters.store.duckdb_store import ResultStore, selection_change
 from adapters.store.errors import StoreError
 from adapters.store.postgres import is_server_location
@@ -31,6 +32,7 @@ from adapters.waa.suite_settings import suite_flavor
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from adapters.waa.settle import SettleChoice, SettlePolicy, choose_policy
 from flows.attempt import DEFAULT_STAGE_TIMEOUTS, validate_stage_timeouts
+from flows.shard_signing import shard_secret
 from flows.summary import RunCompleteness
 
 # Run ids name folders (artifacts, progress files): a safe character set, no path parts.
@@ -53,12 +55,9 @@ def check_store_url(value: str) -> str:
     """
     if not is_server_location(value):
         raise ValueError(f"store URL {value!r}: expected postgresql://USER@HOST[:PORT]/DATABASE")
+    refuse_url_secret(value, "the store URL", "leave it out (postgresql://USER@HOST/DATABASE) and set PGPASSWORD "
+                      "or ~/.pgpass")
     parts = urllib.parse.urlsplit(value)
-    if parts.password is not None:
-        raise ValueError(
-            "the store URL carries a password; leave it out (postgresql://USER@HOST/DATABASE) and set "
-            "PGPASSWORD or ~/.pgpass: the URL is shown in the Prefect UI and stored with the run"
-        )
     if not parts.hostname or not parts.path.strip("/"):
         raise ValueError(f"store URL {value!r}: expected postgresql://USER@HOST[:PORT]/DATABASE")
     return value
@@ -120,7 +119,7 @@ class SuiteRunConfig(BaseModel):
     db_path: Path = Path("results/arena.duckdb")
     # The team store (a PostgreSQL URL without its password; default $ARENA_STORE_URL): when set,
     # results go there instead of `db_path`, from this controller and from every shard host.
-    store_url: str | None = Field(default_factory=default_store_url)
+    store_url: str | None = Field(default_factory=default_store_url, validate_default=True)
     # Screenshots. In shard mode every shard writes here on its own host: use a path on a
     # filesystem shared by all hosts (mounted at the same path), or the report lacks the
     # screenshots of remote shards.
@@ -154,6 +153,11 @@ class SuiteRunConfig(BaseModel):
     def store_location(self) -> Path | str:
         """Where the run's results go: the team store's URL when set, else the DuckDB file."""
         return self.store_url or self.db_path
+
+    @field_validator("waa_urls")
+    @classmethod
+    def _no_secret_in_urls(cls, value: list[str]) -> list[str]:
+        return [refuse_url_secret(url, f"--waa-url {url.split('?')[0]!r}", "leave it out") for url in value]
 
     @field_validator("stage_timeouts")
     @classmethod
@@ -256,6 +260,8 @@ class SuiteRunConfig(BaseModel):
                 )
         finally:
             provider.close()
+        if self.shards:
+            shard_secret()  # shards are signed: a controller without the secret cannot start them
         if self.store_url is None and self.db_path.is_dir():
             raise ValueError(f"--db {self.db_path} is a directory; give the path of a DuckDB file")
         if self.artifacts_dir.exists() and not self.artifacts_dir.is_dir():

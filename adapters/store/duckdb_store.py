@@ -122,6 +122,7 @@ from pydantic import BaseModel, Field
 from adapters.benchmark import BenchmarkResult, ModelUsage, OutcomeKind
 import adapters.store.connections as connections
 import adapters.store.postgres as postgres
+from adapters.secrets import is_secret_key, scrub_secrets
 from adapters.store.errors import SchemaVersionError, StoreError
 
 SCHEMA_VERSION = 6
@@ -279,48 +280,6 @@ def _usage_values(usage: ModelUsage | None) -> list[Any]:
     if usage is None:
         return [None, None, None, None]
     return [usage.calls, usage.input_tokens, usage.output_tokens, usage.cost_usd]
-
-
-# --- secrets ---------------------------------------------------------------------------------
-
-# Whole words of a key that mark it as a secret. "token" only as the key's last word, so
-# "access_token" and "hf_token" go but "max_tokens" and "token_budget" (settings we want in
-# provenance) stay.
-_SECRET_WORDS = frozenset(
-    {"secret", "secrets", "password", "passwords", "passwd", "passphrase", "credential",
-     "credentials", "authorization"}
-)
-_SECRET_SQUASHED = ("apikey", "accesskey", "privatekey", "secretkey", "sessionkey", "bearer")
-
-
-def _key_words(key: str) -> list[str]:
-    """Split snake_case, kebab-case and camelCase keys into lowercase words."""
-    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", key)
-    return [w for w in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if w]
-
-
-def is_secret_key(key: str) -> bool:
-    """True if a config key looks like it holds a secret (API key, token, password, ...)."""
-    words = _key_words(str(key))
-    if not words:
-        return False
-    if _SECRET_WORDS.intersection(words) or words[-1] == "token":
-        return True
-    squashed = "".join(words)
-    return any(marker in squashed for marker in _SECRET_SQUASHED)
-
-
-def scrub_secrets(value: Any) -> Any:
-    """A copy of `value` with every secret-looking key removed, at any depth.
-
-    Dicts are walked recursively, including dicts inside lists and tuples; other values are
-    returned unchanged. The input is never modified.
-    """
-    if isinstance(value, Mapping):
-        return {k: scrub_secrets(v) for k, v in value.items() if not is_secret_key(str(k))}
-    if isinstance(value, (list, tuple)):
-        return [scrub_secrets(v) for v in value]
-    return value
 
 
 # --- models ----------------------------------------------------------------------------------

@@ -141,8 +141,15 @@ def test_server_killed_and_restarted_mid_run_the_run_completes(server: PrefectSe
 
 
 def _start_serve(server: PrefectServer, tmp_path: Path, name: str) -> tuple[subprocess.Popen[bytes], Path]:
-    """`python -m deployments.serve` against the server (nightly at 02:00 Berlin time)."""
+    """`python -m deployments.serve` against the server (nightly at 02:00 Berlin time), with a
+    baselines file of one quirky local baseline (`quirky-local`) whose results go to tmp_path."""
+    baselines = tmp_path / "baselines.toml"
+    baselines.write_text(
+        'version = 1\n[[baselines]]\nname = "quirky-local"\nagent = "scripted"\nsuite = "bundled"\n'
+        f'quirks = true\npool_size = 2\ndb_path = "{tmp_path / "arena.duckdb"}"\nartifacts_dir = "{tmp_path / "art"}"\n'
+    )
     env = {
+        "ARENA_BASELINES_FILE": str(baselines),
         **_clean_env(),
         "PREFECT_HOME": str(tmp_path / f"{name}-home"),
         "PREFECT_API_URL": server.api_url,
@@ -179,12 +186,11 @@ def test_cancelled_served_run_is_stored_cancelled_leaves_no_process_and_resumes(
     from prefect.states import Cancelling
 
     client, log = served["client"], served["log"]
-    deployment = wait_for("deployment evaluate-suite/bundled-local",
-                          lambda: client.read_deployment_by_name("evaluate-suite/bundled-local"), 60)
-    db, artifacts = tmp_path / "arena.duckdb", tmp_path / "art"
-    config = {**deployment.parameters["config"], "run_id": "cancel-me", "quirks": True, "pool_size": 2,
-              "db_path": str(db), "artifacts_dir": str(artifacts)}
-    run = client.create_flow_run_from_deployment(deployment.id, parameters={"config": config})
+    deployment = wait_for("deployment evaluate-baseline/on-demand",
+                          lambda: client.read_deployment_by_name("evaluate-baseline/on-demand"), 60)
+    db, artifacts = tmp_path / "arena.duckdb", tmp_path / "art"  # the baseline's, in the operator's file
+    names = {"baseline": "quirky-local", "run_id": "cancel-me"}
+    run = client.create_flow_run_from_deployment(deployment.id, parameters=names)
     progress = artifacts / "cancel-me" / "progress.json"
     try:
         wait_for("a recorded attempt", lambda: _progress(progress).get("attempts_recorded", 0) >= 1, 180, interval=0.2)
@@ -212,7 +218,7 @@ def test_cancelled_served_run_is_stored_cancelled_leaves_no_process_and_resumes(
     assert "StoreError" not in log.read_text(errors="replace"), tail(log)
 
     # A resume (same run id) finishes the run.
-    resumed = client.create_flow_run_from_deployment(deployment.id, parameters={"config": config})
+    resumed = client.create_flow_run_from_deployment(deployment.id, parameters=names)
     try:
         state = wait_for("the resumed run to end",
                          lambda: (s := client.read_flow_run(resumed.id).state) is not None and s.is_final() and s, 240)
@@ -273,7 +279,7 @@ def test_a_new_serve_process_keeps_the_deployments_active_and_status_says_when_t
     try:
         wait_for("the new serve process", lambda: serve_banner in new_log.read_text(errors="replace"), 60)
         stop(served["proc"])  # the old one exits and pauses what it served
-        names = ["evaluate-suite/bundled-local", "nightly-baselines/nightly-baselines",
+        names = ["evaluate-baseline/on-demand", "nightly-baselines/nightly-baselines",
                  "evaluate-model-update/on-model-update"]
 
         def all_active() -> bool:
