@@ -15,6 +15,7 @@ for running attempts, teardown, status `cancelled`).
 
 from __future__ import annotations
 
+import contextvars
 import os
 import signal
 import threading
@@ -112,7 +113,10 @@ def stop_when_cancelled() -> Iterator[None]:
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
 
-    watcher = threading.Thread(target=watch, name="arena-cancel-watch", daemon=True)
+    # Run in the flow's context: the Prefect settings (its server's API URL) are context
+    # variables, and a Prefect call without them would start a temporary server of its own.
+    watcher = threading.Thread(target=contextvars.copy_context().run, args=(watch,), name="arena-cancel-watch",
+                               daemon=True)
     watcher.start()
     try:
         yield

@@ -29,6 +29,8 @@ from pydantic import ValidationError
 
 from adapters.results.export import ExportError
 from adapters.store.duckdb_store import ResultStore, StoreError
+from adapters.store.errors import StoreUnavailable, error_text
+from adapters.store.spool import spool_dir
 
 
 # Exit status of `arena run` by run status: cron and CI see anything but a complete run as a failure.
@@ -37,9 +39,10 @@ EXIT_BAD_INPUT = 2
 EXIT_OVER_BUDGET = 4  # as a run stopped by its budget; `arena plan --max-cost` refusing too
 EXIT_INTERRUPTED = 130  # the shell's code for a process stopped by Ctrl-C (128 + SIGINT)
 EXIT_TERMINATED = 143  # and by SIGTERM (128 + SIGTERM): `kill`, `docker stop`, systemd
+EXIT_STORE_FAILED = 6  # the results store failed mid-run: finished results wait in the run's spool
 RUN_EXIT_CODES: dict[str, int] = {
     "completed": 0, "failed": EXIT_FAILED, "incomplete": 3, "budget_exhausted": EXIT_OVER_BUDGET, "cancelled": 5,
-    "interrupted": EXIT_INTERRUPTED,
+    "interrupted": EXIT_INTERRUPTED, "store_failed": EXIT_STORE_FAILED,
 }
 
 
@@ -136,6 +139,11 @@ def _run(args: argparse.Namespace) -> int:
     except LocalServerError as exc:
         print(f"arena: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except StoreUnavailable as exc:
+        print(f"arena: run {config.run_id}: the results store failed ({error_text(exc)}); finished results wait in "
+              f"{spool_dir(config.artifacts_dir, config.run_id)}. When the store is back, finish the run with "
+              f"--run-id {config.run_id} (and the same options)", file=sys.stderr)
+        return EXIT_STORE_FAILED
     except (KeyboardInterrupt, TerminationSignal) as stop:
         if _stored_status(config.store_location, config.run_id) == "cancelled":
             print(f"arena: run {config.run_id} was cancelled from Prefect; attempts recorded so far are kept "
@@ -146,6 +154,10 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED if isinstance(stop, KeyboardInterrupt) else EXIT_TERMINATED
+    if outcome.status == "store_failed":
+        print(f"arena: run {outcome.run_id}: {outcome.table}. When the store is back, finish the run with "
+              f"--run-id {outcome.run_id} (and the same options): waiting results are written first", file=sys.stderr)
+        return EXIT_STORE_FAILED
     print("\n" + outcome.table)
     if outcome.status != "completed":
         print(f"\nRun status: {outcome.status} (rerun with --run-id {outcome.run_id} to finish it)")

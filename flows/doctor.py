@@ -15,8 +15,8 @@ from pathlib import Path
 
 from adapters.agents import AgentOptions
 from adapters.checks import Check
-from adapters.store.duckdb_store import SCHEMA_VERSION, ResultStore
-from adapters.store.errors import StoreError
+from adapters.store.duckdb_store import SCHEMA_VERSION, ResultStore, verify_store
+from adapters.store.errors import StoreDamaged, StoreError
 from adapters.vms.base import VMProvider
 from adapters.vms.cloud_checks import DEFAULT_EGRESS_URL, aws_checks, azure_checks, check_egress, check_ports
 
@@ -34,6 +34,10 @@ def check_store(location: Path | str) -> Check:
     try:
         with ResultStore(location, read_only=True) as store:
             version, writable = store.schema_version(), store.can_write()
+        # Every block read once, so DuckDB checks every checksum (a file cut short or corrupted).
+        rows = verify_store(location) if isinstance(location, Path) else None
+    except StoreDamaged as exc:
+        return Check(where, False, str(exc), "restore the file from a copy, or move it aside (a new one is created)")
     except StoreError as exc:
         return Check(where, False, str(exc), "see the message: start the server, fix the credentials "
                      "(PGPASSWORD or ~/.pgpass), or upgrade the package for a newer schema")
@@ -41,7 +45,65 @@ def check_store(location: Path | str) -> Check:
     if not writable:
         return Check(where, False, f"{shown} is readable but this user may not add results",
                      "grant INSERT on task_results and steps (PostgreSQL) or fix the file's permissions")
-    return Check(where, True, f"{shown} answers, schema version {version} (this code: {SCHEMA_VERSION}), writable")
+    intact = f", all {rows} rows read back intact" if rows is not None else ""
+    return Check(where, True, f"{shown} answers, schema version {version} (this code: {SCHEMA_VERSION}), "
+                              f"writable{intact}")
+
+
+def check_prefect_auth(api_url: str) -> Check | None:
+    """A warning when the Prefect API at `api_url` (or its port on this machine's network
+    address) answers without authentication: anyone who reaches it can start runs of the
+    served deployments, cancel runs, or read every run's parameters. None when it is closed."""
+    import urllib.parse
+
+    import requests
+
+    parts = urllib.parse.urlsplit(api_url)
+    host = parts.hostname or ""
+    candidates = [api_url]
+    if _loopback(host):
+        # A server started with --host 0.0.0.0 answers on this machine's own address too.
+        address = _own_address()
+        if address:
+            netloc = f"{address}:{parts.port}" if parts.port else address
+            candidates.append(urllib.parse.urlunsplit(parts._replace(netloc=netloc)))
+    for url in candidates:
+        if _loopback(urllib.parse.urlsplit(url).hostname or ""):
+            continue
+        try:
+            answer = requests.post(f"{url.rstrip('/')}/deployments/filter", json={"limit": 1}, timeout=5)
+        except requests.RequestException:
+            continue
+        if answer.status_code == 200:
+            return Check("prefect auth", True, f"{url} answers API calls without authentication: anyone who reaches it "
+                         "can start runs of the served deployments and read runs' parameters",
+                         "set PREFECT_SERVER_API_AUTH_STRING=user:password where the server runs and "
+                         "PREFECT_API_AUTH_STRING (the same) for every client, or bind it to 127.0.0.1", warning=True)
+    return None
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _own_address() -> str | None:
+    """This machine's address on its default route (no packet is sent), or None."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: only picks the outgoing interface
+            address = probe.getsockname()[0]
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address
 
 
 def check_prefect(api_url: str | None, deployments: list[str]) -> list[Check]:
@@ -60,6 +122,9 @@ def check_prefect(api_url: str | None, deployments: list[str]) -> list[Check]:
         return [Check("prefect", False, f"{api_url} does not answer: {type(exc).__name__}: {exc}",
                       "start it (prefect server start) or correct PREFECT_API_URL")]
     checks = [Check("prefect", True, f"{api_url} answers")]
+    open_api = check_prefect_auth(api_url)
+    if open_api is not None:
+        checks.append(open_api)
     for name, status in statuses.items():
         if status is None:
             checks.append(Check(f"deployment {name}", False, "not registered",

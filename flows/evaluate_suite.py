@@ -35,6 +35,10 @@ from adapters.agents import build_agent
 from adapters.results.metrics import compute_run_metrics
 from adapters.benchmark import BenchmarkResult
 from adapters.store.duckdb_store import ResultStore, selection_change
+from adapters.store.errors import StoreUnavailable, error_text
+from adapters.store.lease import Controller, Heartbeat
+from adapters.store.recorder import RecorderClose
+from adapters.store.spool import ResultSpool, drain_spool, spool_dir
 from adapters.vms.janitor import sweep_run
 from adapters.vms.registry import build_provider
 from adapters.vms.warm_pool import WarmPool
@@ -45,7 +49,7 @@ from flows.cancellation import cancellation_requested, stop_when_cancelled
 from flows.pool_engine import PoolRunRequest, evaluate_on_pool
 from flows.progress import RunProgress
 from flows.provenance import run_info
-from flows.run_config import RunOutcome, SuiteRunConfig, new_run_id
+from flows.run_config import STORE_FAILED, RunOutcome, SuiteRunConfig, new_run_id
 from flows.summary import (
     RunCompleteness,
     format_summary,
@@ -108,13 +112,23 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
     provider = build_provider(config.provider, config.provider_settings(run_id))
     environment = provider.environment
 
+    controller = Controller.this_process()
+    spool = ResultSpool(spool_dir(config.artifacts_dir, run_id))
     with ResultStore(config.store_location) as store:
+        stored = store.get_run(run_id)
+        info = run_info(config, run_id, catalog, [t.task_id for t in tasks], agent_config, provider)
+        if stored is not None and len(spool):
+            # Results an earlier controller of this run could not store: written first, so
+            # they count as done (it took the lease: no one else writes this run meanwhile).
+            store.start_run(info, resume=True, change_selection=config.change_selection, controller=controller)
+            written, left = drain_spool(spool, lambda results: store.record_results(run_id, results))
+            logger.warning("run %s: wrote %d result(s) an earlier controller left in its spool %s%s", run_id, written,
+                           spool.directory, f"; {left} could not be written" if left else "")
+            stored = store.get_run(run_id)
         finished = store.finished_task_ids(run_id) & {t.task_id for t in tasks}
         todo = [t for t in tasks if t.task_id not in finished]
-        stored = store.get_run(run_id)
         if finished:
             logger.info("Resuming run %s: %d of %d tasks already have final results", run_id, len(finished), len(tasks))
-        info = run_info(config, run_id, catalog, [t.task_id for t in tasks], agent_config, provider)
         if (stored is not None and stored.status == "completed" and not todo and not config.change_selection
                 and selection_change(run_id, stored.selected_task_ids, info.selected_task_ids or []) is None):
             # Resuming a finished run: nothing to do, and its record (finish time) stays as it is.
@@ -122,7 +136,8 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
             provider.close()
             completeness = run_completeness(store, run_id, tasks, RunBudget.for_run(config, store, run_id))
             return _summarize(config, run_id, len(tasks), environment, store, completeness, [], [], [])
-        store.start_run(info, resume=stored is not None, change_selection=config.change_selection)
+        store.start_run(info, resume=stored is not None, change_selection=config.change_selection,
+                        controller=controller)
         budget = RunBudget.for_run(config, store, run_id)
         progress = RunProgress(
             run_id, len(tasks), len(tasks) - len(todo), config.artifacts_dir / run_id / "progress.json"
@@ -130,8 +145,10 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
         status = "failed"
         shard_errors: list[str] = []
         request = PoolRunRequest(config, run_id, catalog, provider, agent_options, store, budget, progress)
+        store_failure: str | None = None
+        results: list[BenchmarkResult] = []
         try:
-            with stop_when_cancelled():
+            with stop_when_cancelled(), Heartbeat(lambda: store.heartbeat(run_id, controller)):
                 if config.shards:
                     # Imported here: flows.shard runs this flow's engine on worker hosts and
                     # imports from this package; the shard path is the rarer one.
@@ -141,19 +158,52 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
                     results, shard_errors = evaluate_on_shards(config, run_id, catalog, todo, store, budget, progress)
                 else:
                     results = evaluate_on_pool(request, todo)
-            completeness = run_completeness(store, run_id, tasks, budget)
-            status = completeness.status
+            if request.unstored is not None:
+                store_failure = request.unstored.outage or "the store did not take every result"
+                status = STORE_FAILED
+            else:
+                completeness = run_completeness(store, run_id, tasks, budget)
+                status = completeness.status
+        except StoreUnavailable as exc:
+            # The store failed outside the recorder (reading the run back at its end): results
+            # the recorder could not store are in the spool; the run ends as a store failure.
+            store_failure, status = error_text(exc), STORE_FAILED
         except (KeyboardInterrupt, TerminationSignal):
             # Ctrl-C, a Prefect cancellation or another SIGTERM: recorded attempts stand and a
             # resume finishes the run.
             status = "cancelled" if cancellation_requested() else "interrupted"
             raise
         finally:
-            store.finish_run(run_id, status)
+            try:
+                store.finish_run(run_id, status)
+            except StoreUnavailable as exc:
+                # The run's row stays `running`; its controller's heartbeat stops, so reports show
+                # it abandoned, and `arena run --run-id` resumes it.
+                logger.error("run %s: its final status (%s) could not be stored: %s", run_id, status, error_text(exc))
+                store_failure = store_failure or error_text(exc)
+                status = STORE_FAILED
             progress.finish(status)
+        if status == STORE_FAILED:
+            return _store_failed(config, run_id, store, store_failure or "unknown", request.unstored, results)
         return _summarize(
             config, run_id, len(tasks), environment, store, completeness, results, request.problems, shard_errors
         )
+
+
+def _store_failed(
+    config: SuiteRunConfig, run_id: str, store: ResultStore, cause: str, unstored: RecorderClose | None,
+    results: list[BenchmarkResult],
+) -> RunOutcome:
+    """The end of a run whose store failed: no summary (the store cannot be read back), one line
+    saying why and what waits where, and how to finish the run."""
+    spooled = len(unstored.spooled) if unstored else 0
+    lost = len(unstored.lost) if unstored else 0
+    where = spool_dir(config.artifacts_dir, run_id)
+    line = (f"the results store failed ({cause})" + (f"; {spooled} finished result(s) wait in {where}" if spooled else "")
+            + (f"; {lost} result(s) could not be written anywhere (their tasks run again)" if lost else ""))
+    get_run_logger().error("run %s: %s", run_id, line)
+    return RunOutcome(run_id=run_id, store=store.location, results=results, table=line, status=STORE_FAILED,
+                      store_failure=cause, spooled=spooled, lost=lost)
 
 
 def _summarize(

@@ -50,7 +50,8 @@ from adapters.agents import AgentOptions, build_agent
 from adapters.benchmark import BenchmarkResult, BenchmarkTask, OutcomeKind
 from adapters.episode import EpisodeLimits
 from adapters.store.duckdb_store import ResultStore
-from adapters.store.recorder import ResultRecorder
+from adapters.store.recorder import RecorderClose, ResultRecorder
+from adapters.store.spool import ResultSpool, spool_dir
 from adapters.vms.base import ProviderError, VMHandle, VMProvider
 from adapters.vms.janitor import sweep_run
 from adapters.vms.pool import VMPool
@@ -61,7 +62,7 @@ from flows.attempt import AttemptContext, run_attempt
 from flows.bookkeeping import best_effort, pool_slots, warn
 from flows.budget import RunBudget
 from flows.progress import RunProgress
-from flows.run_config import SuiteRunConfig
+from flows.run_config import SuiteRunConfig, store_wait_seconds
 from flows.scheduling import AttemptHooks, Schedule, WorkQueue, attempt_loop, lane_loop, longest_first
 from tasks.provision import provision_pool
 
@@ -72,9 +73,9 @@ from tasks.provision import provision_pool
 # the teardown.
 STOP_GRACE_SECONDS = 30.0
 TERMINATION_GRACE_SECONDS = 10.0
-# How long the end of a run waits for results still being stored (the store's own retries
-# included) before it reports them as not stored.
-RECORDER_FLUSH_SECONDS = 60.0
+# How long the end of a run waits for results still being stored (a store that is down comes
+# back within it: nothing is lost) before it ends the run as a store failure, the results safe
+# in the run's spool for the next `arena run --run-id`.
 
 
 @dataclass
@@ -99,6 +100,8 @@ class PoolRunRequest:
     expected_seconds: dict[str, float] | None = None
     first_attempts: dict[str, int] | None = None
     problems: list[str] = field(default_factory=list)
+    # Results the store had not taken when the pool finished (safe in the spool, or lost), and why.
+    unstored: RecorderClose | None = None
 
 
 @contextmanager
@@ -208,8 +211,18 @@ class Lanes:
     def schedule(self) -> Schedule:
         """The part of this the scheduling core (flows/scheduling.py) works with."""
         return Schedule(
-            work=self.work, pool=self.pool, max_attempts=self.max_attempts, budget=self.budget
+            work=self.work, pool=self.pool, max_attempts=self.max_attempts, budget=self.budget,
+            may_start=self.store_has_room,
         )
+
+    def store_has_room(self) -> bool:
+        """Wait while the store is down and a pool's worth of results wait for it; False (and
+        no task starts any more) when it stays down past the outage wait."""
+        room = self.recorder.wait_for_room(self.pool.size, stop=lambda: self.work.closed,
+                                           max_wait=store_wait_seconds().outage)
+        if not room:
+            self.work.close()
+        return room
 
 
 @task(name="attempt", task_run_name="attempt {attempt} on {vm.vm_id}", cache_policy=NO_CACHE, persist_result=False)
@@ -337,8 +350,10 @@ def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[BenchmarkTask], resour
             work=WorkQueue(longest_first(todo, expected), first_attempts),
             pool=pool,
             attempt=ctx,
-            # Progress counts a result once it is stored, as reports will show it.
-            recorder=ResultRecorder(r.store, r.run_id, on_stored=r.progress.recorded if r.progress else None),
+            # Progress counts a result once it is stored, as reports will show it; a result the
+            # store cannot take waits in the run's spool (adapters/store/spool.py).
+            recorder=ResultRecorder(r.store, r.run_id, spool=ResultSpool(spool_dir(config.artifacts_dir, r.run_id)),
+                                    on_stored=r.progress.recorded if r.progress else None),
             max_attempts=config.max_attempts,
             budget=r.budget,
         )
@@ -352,19 +367,22 @@ def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[BenchmarkTask], resour
                         _stop_lanes(lanes, futures, stop)
                         raise
         finally:
-            _close_recorder(lanes.recorder, r.problems)
+            r.unstored = _close_recorder(lanes.recorder, r.problems)
         _report_pool_problems(pool, r.problems)
     return [by_id[t.task_id] for t in todo if t.task_id in by_id]
 
 
-def _close_recorder(recorder: ResultRecorder, problems: list[str]) -> None:
-    """Wait for the attempts still being stored (before the summary reads them back); results
-    that could not be stored go to the run's problems, and their tasks count as missing."""
-    if not recorder.close(RECORDER_FLUSH_SECONDS):
-        problems.append(f"{recorder.pending} result(s) were still being stored after {RECORDER_FLUSH_SECONDS:g} s")
+def _close_recorder(recorder: ResultRecorder, problems: list[str]) -> RecorderClose | None:
+    """Wait for the attempts still being stored (before the summary reads them back). Results
+    the store refused for their content go to the run's problems (their tasks count as
+    missing); results an outage kept from the store are returned (the run then ends as a store
+    failure), None when everything was stored."""
+    closed = recorder.close(store_wait_seconds().flush)
     problems.extend(unstored.describe() for unstored in recorder.failed)
-    if recorder.failed or recorder.pending:
-        get_run_logger().error("the store did not take every result; the run counts those tasks as missing")
+    if recorder.failed:
+        get_run_logger().error("the store refused %d result(s); the run counts those tasks as missing",
+                               len(recorder.failed))
+    return None if closed.complete else closed
 
 
 def _stop_lanes(lanes: Lanes, futures: list[Any], stop: BaseException) -> None:

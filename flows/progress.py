@@ -50,6 +50,10 @@ class RunProgress:
         self._lock = threading.Lock()
         self._artifact_id: Any = None
         self._publisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="progress-artifact")
+        # The Prefect settings (the API URL of the run's server) live in context variables of the
+        # flow's thread; `recorded` is called from the recorder's thread, which has none, and a
+        # Prefect call without them starts a temporary server of its own.
+        self._context = contextvars.copy_context()
         self._publish_queued = False
         try:
             self._artifact_id = create_progress_artifact(
@@ -110,8 +114,7 @@ class RunProgress:
             if self._artifact_id is None or self._publish_queued or self.status != "running":
                 return  # nothing to publish to, an update already queued, or the run has ended
             self._publish_queued = True
-        # The Prefect settings (API URL) live in context variables; the publisher needs them.
-        self._publisher.submit(contextvars.copy_context().run, self._publish)
+        self._publisher.submit(self._context.copy().run, self._publish)
 
     def _publish(self) -> None:
         with self._lock:

@@ -11,6 +11,7 @@ import os
 import re
 import urllib.parse
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -262,16 +263,21 @@ class SuiteRunConfig(BaseModel):
             provider.close()
         if self.shards:
             shard_secret()  # shards are signed: a controller without the secret cannot start them
+        store_wait_seconds()  # the operator's store-outage settings are numbers
         if self.store_url is None and self.db_path.is_dir():
             raise ValueError(f"--db {self.db_path} is a directory; give the path of a DuckDB file")
         if self.artifacts_dir.exists() and not self.artifacts_dir.is_dir():
             raise ValueError(f"--artifacts {self.artifacts_dir} is a file; give a directory for screenshots")
-        if self.store_url is not None:
-            # Reached, logged in and of a schema this code knows (created when new) before any VM.
+        if self.store_url is not None or self.db_path.is_file():
+            # Reached, logged in, undamaged and of a schema this code knows (created when new)
+            # before any VM; a run id another live controller is running is refused here too.
             try:
-                ResultStore(self.store_url, wait_seconds=30).close()
+                with ResultStore(self.store_location, wait_seconds=30) as store:
+                    holder = store.lease_holder(self.run_id) if self.run_id else None
             except StoreError as exc:
                 raise ValueError(str(exc)) from exc
+            if holder is not None:
+                raise ValueError(holder)
         if self.run_id and not self.change_selection and (self.store_url or self.db_path.is_file()):
             problem = selection_change(self.run_id, stored_selection(self.store_location, self.run_id),
                                        [t.task_id for t in selected])
@@ -286,6 +292,42 @@ class SuiteRunConfig(BaseModel):
         return self.agent_options.model_copy(update={"plans_path": candidate if candidate.exists() else None})
 
 
+@dataclass(frozen=True)
+class StoreWait:
+    """How long a run waits for a results store that is down (the operator's settings).
+
+    While the store is down, new tasks wait once as many results wait for it as the pool has VMs
+    (no VM time or model money is spent on results that cannot be stored), for at most `outage`
+    seconds (ARENA_STORE_OUTAGE_WAIT_SECONDS, default 600); then the run starts nothing more. At
+    its end a run waits `flush` seconds (ARENA_STORE_FLUSH_SECONDS, default 120) for results
+    still waiting, then ends as a store failure with them safe in its spool."""
+
+    flush: float = 120.0
+    outage: float = 600.0
+
+
+def store_wait_seconds() -> StoreWait:
+    """The operator's `StoreWait` from the environment; ValueError naming a bad variable."""
+    values: dict[str, float] = {}
+    for name, field_name in (("ARENA_STORE_FLUSH_SECONDS", "flush"), ("ARENA_STORE_OUTAGE_WAIT_SECONDS", "outage")):
+        text = os.environ.get(name)
+        if not text:
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"{name} must be a number of seconds, got {text!r}") from None
+        if not value > 0:
+            raise ValueError(f"{name} must be a positive number of seconds, got {text!r}")
+        values[field_name] = value
+    return StoreWait(**values)
+
+
+# The run status of a run whose results store failed (unreachable, disk full) before every
+# result was stored; `arena run` exits 6 with the cause and the resume command.
+STORE_FAILED = "store_failed"
+
+
 class RunOutcome(BaseModel):
     run_id: str
     store: str  # where the results are: the DuckDB file, or the team store's URL
@@ -298,6 +340,11 @@ class RunOutcome(BaseModel):
     shard_errors: list[str] = Field(default_factory=list)
     # VMs that never came up or could not be replaced (e.g. an existing server that died).
     pool_errors: list[str] = Field(default_factory=list)
+    # A store failure (status STORE_FAILED): its cause, the results waiting in the run's spool
+    # and those that could not be written anywhere.
+    store_failure: str | None = None
+    spooled: int = 0
+    lost: int = 0
 
 
 def new_run_id() -> str:

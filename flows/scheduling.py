@@ -86,6 +86,12 @@ class WorkQueue:
             self._abandoned = True
 
     @property
+    def closed(self) -> bool:
+        """Whether the run is being stopped (no task starts any more)."""
+        with self._lock:
+            return self._closed
+
+    @property
     def abandoned(self) -> bool:
         """Whether the stop's grace period is over (see `abandon`)."""
         with self._lock:
@@ -124,13 +130,16 @@ def longest_first(tasks: list[BenchmarkTask], expected_seconds: dict[str, float]
 
 @dataclass(frozen=True)
 class Schedule:
-    """What every lane of one pool shares: the queue, the pool, the attempt limit and the
-    budget (optional). Live progress hears of results from the recorder, once stored."""
+    """What every lane of one pool shares: the queue, the pool, the attempt limit, the budget
+    (optional), and `may_start` (optional): called before a lane takes a task, it may wait (the
+    store is down and results pile up) and says whether new tasks may start at all. Live
+    progress hears of results from the recorder, once stored."""
 
     work: WorkQueue
     pool: VMPool
     max_attempts: int
     budget: Budget | None = None
+    may_start: Callable[[], bool] | None = None
 
 
 # One attempt of a task on a leased VM, with its attempt number: never raises for the task's
@@ -208,6 +217,8 @@ def lane_loop(
     work, pool, budget = schedule.work, schedule.pool, schedule.budget
     results: list[BenchmarkResult] = []
     while (budget is None or not budget.exhausted()) and not pool.exhausted:
+        if schedule.may_start is not None and not schedule.may_start():
+            break
         next_task = work.take()
         if next_task is None:
             break

@@ -35,6 +35,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from adapters.results.rates import RunStatus, is_final, is_sound, rate
+from adapters.store.lease import shown_status
 from adapters.results.report_text import incomplete_text, left_out_text
 from adapters.results.stats import (
     Interval,
@@ -447,8 +448,10 @@ def compare_stored_runs(
 
 def _run_status(conn: Any, run_id: str, rows: list[dict[str, Any]]) -> RunStatus:
     """The run's status and task count (its `runs` row) and how many of `rows` are final."""
-    status, selected = conn.execute("SELECT status, task_count FROM runs WHERE run_id = ?", [run_id]).fetchone()
-    return RunStatus(run_id=run_id, status=status, selected=selected,
+    status, selected, controller, heard = conn.execute(
+        "SELECT status, task_count, controller, heartbeat_at FROM runs WHERE run_id = ?", [run_id]
+    ).fetchone()
+    return RunStatus(run_id=run_id, status=shown_status(status, controller, heard), selected=selected,
                      final=sum(is_final(str(r["outcome"])) for r in rows))
 
 

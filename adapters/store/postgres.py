@@ -26,7 +26,7 @@ from typing import Any
 import duckdb
 
 from adapters.secrets import redact_url
-from adapters.store.errors import StoreError
+from adapters.store.errors import StoreError, StoreUnavailable
 
 SCHEMES = ("postgresql://", "postgres://")
 
@@ -126,7 +126,7 @@ def connect(url: str, *, connect_timeout: float = 10.0) -> PgConnection:
         conn = psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(connect_timeout)))
     except psycopg.Error as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise StoreError(f"{redact(url)}: cannot connect to the results store: {reason}") from exc
+        raise StoreUnavailable(f"{redact(url)}: cannot connect to the results store: {reason}") from exc
     return PgConnection(conn)
 
 

@@ -136,7 +136,8 @@ def listen_problem(host: str, token: str | None, insecure_no_token: bool) -> str
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """`python -m adapters.waa.evaluate_server`'s options."""
     parser = argparse.ArgumentParser(description="Serve WAA task evaluation next to a WAA server.")
     parser.add_argument("--waa-url", required=True, help="the WAA server to evaluate, e.g. http://127.0.0.1:5000")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other "
@@ -148,6 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devtools-url", help="the browser DevTools endpoint, e.g. http://127.0.0.1:9222")
     parser.add_argument("--offline", action="store_true", help="cloud_file may only use the download cache")
     parser.add_argument("--cache-dir", type=Path, help="where downloads are cached (default: a temp dir)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
 
     token = os.environ.get(TOKEN_ENV) or None

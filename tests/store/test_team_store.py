@@ -153,7 +153,7 @@ def test_two_controllers_at_once_land_in_one_team_store_and_every_command_reads_
         table = capsys.readouterr().out
         assert "team-0" in table and "team-1" in table and "(2 rows)" in table
         assert main(["sql", "DELETE FROM runs"]) == 2
-        assert "read-only transaction" in capsys.readouterr().err
+        assert "runs queries only" in capsys.readouterr().err
         assert main(["export", "team-1", "--parquet", str(tmp_path / "export")]) == 0
         assert len(list((tmp_path / "export").glob("*.parquet"))) == 4
     finally:
