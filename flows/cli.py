@@ -253,8 +253,13 @@ def _doctor(args: argparse.Namespace) -> int:
     from prefect.settings import PREFECT_API_URL
 
     from adapters.agents import AgentOptions
-    from flows.doctor import check_cloud, check_model, check_prefect, check_store, check_waa_server
+    from flows.doctor import (check_cloud, check_model, check_prefect, check_store, check_waa_server,
+                              find_running_servers, local_server_lines, stop_local_servers)
 
+    if args.stop_local_servers is not None:
+        lines, stopped = stop_local_servers(args.stop_local_servers)
+        print("\n".join(lines))
+        return 0 if stopped else EXIT_FAILED
     options = AgentOptions(**{k: v for k, v in {
         "model": args.model, "base_url": args.base_url, "api_key_env": args.api_key_env,
     }.items() if v is not None})
@@ -267,6 +272,7 @@ def _doctor(args: argparse.Namespace) -> int:
         print(check.line(), flush=True)
     failed = [c for c in checks if not c.ok]
     print(f"{len(checks) - len(failed)} of {len(checks)} checks passed")
+    print("\n".join(local_server_lines(find_running_servers())))
     return EXIT_FAILED if failed else 0
 
 
@@ -786,6 +792,9 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--warm-pool", metavar="NAME", help="also check that this warm pool's running VMs answer")
     doctor.add_argument("--egress-url", default=DEFAULT_EGRESS_URL,
                         help=f"a service answering with this host's public IP (default {DEFAULT_EGRESS_URL})")
+    doctor.add_argument("--stop-local-servers", nargs="*", type=int, metavar="PORT",
+                        help="stop the local Prefect servers arena run started (all, or those on these ports), "
+                        "then exit; runs using them lose their server")
     doctor.set_defaults(func=_doctor)
 
     plan = sub.add_parser("plan", help="estimated wall time and cost of a run, from recorded durations, before it starts")

@@ -6,11 +6,15 @@ server given (answers /probe), the agent's model endpoint (its API key variable 
 endpoint answers a model listing with that key), and with --provider aws|azure the cloud
 (credentials, sizes and quota, image and its tags, the controller's egress address inside
 controller_cidr, a warm pool's ports). Nothing is written or created anywhere.
+
+It also lists the local Prefect servers `arena run` started that are still running (found from
+their processes, so a server whose home was deleted shows too), and stops them when asked.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from adapters.agents import AgentOptions
@@ -19,6 +23,7 @@ from adapters.store.duckdb_store import SCHEMA_VERSION, ResultStore, verify_stor
 from adapters.store.errors import StoreDamaged, StoreError
 from adapters.vms.base import VMProvider
 from adapters.vms.cloud_checks import DEFAULT_EGRESS_URL, aws_checks, azure_checks, check_egress, check_ports
+from flows.local_server import RunningServer, find_running_servers, stop_running
 
 
 def check_store(location: Path | str) -> Check:
@@ -236,3 +241,54 @@ def check_cloud(provider_name: str, cloud_config: Path | None, pool_size: int, w
         return checks
     finally:
         provider.close()
+
+
+LOCAL_SERVERS = "Local Prefect servers started by arena run"
+_HOME_NOTES = {"in place": "", "deleted": " (deleted)", "another server's": " (now another server's)",
+               "no record": " (no record: starting or stopping)", "unknown": ""}
+
+
+def local_server_lines(servers: list[RunningServer], now: float | None = None) -> list[str]:
+    """A heading that says how to stop them, then one line per running local server: port,
+    age (at `now`, default the current time), home (and whether it is still there), pids, and
+    whether it will stop by itself."""
+    now = time.time() if now is None else now
+    if not servers:
+        return [f"{LOCAL_SERVERS}: none running"]
+    lines = [f"{LOCAL_SERVERS} ({len(servers)}; stop them with: arena doctor --stop-local-servers [PORT ...]):"]
+    for server in servers:
+        home = f"home {server.home}{_HOME_NOTES[server.home_state]}" if server.home else "home unknown"
+        pids = "/".join(str(ref.pid) for ref in (server.supervisor, server.server) if ref)
+        if server.supervisor is None:
+            fate = "NO SUPERVISOR: it never stops by itself"
+        elif server.home_state == "in place":
+            fate = "stops once idle"
+        else:
+            fate = "stops once no run uses it"
+        lines.append(f"  port {server.port or '?'}  up {_age(now - server.started)}  {home}  pid {pids}  {fate}")
+    return lines
+
+
+def stop_local_servers(ports: list[int]) -> tuple[list[str], bool]:
+    """Stop the running local servers on `ports` (all of them when empty), whoever uses them.
+    Returns a line per server (or per port with no server) and whether every one was stopped."""
+    servers = find_running_servers()
+    chosen = [s for s in servers if not ports or s.port in ports]
+    missing = sorted(set(ports) - {s.port for s in servers})
+    lines = [f"no local Prefect server of arena run runs on port {port}" for port in missing]
+    if not ports and not servers:
+        lines.append(f"{LOCAL_SERVERS}: none running")
+    ok = not missing
+    for server in chosen:
+        stopped = stop_running(server)
+        ok = ok and stopped
+        lines.append(f"{'stopped' if stopped else 'could NOT stop'} the server on port {server.port or '?'} "
+                     f"(home {server.home or 'unknown'})")
+    return lines, ok
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
