@@ -125,7 +125,8 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
         store.start_run(info, resume=stored is not None, change_selection=config.change_selection)
         budget = RunBudget.for_run(config, store, run_id)
         progress = RunProgress(
-            run_id, len(tasks), len(tasks) - len(todo), config.artifacts_dir / run_id / "progress.json"
+            run_id, len(tasks), len(tasks) - len(todo), config.artifacts_dir / run_id / "progress.json",
+            scoring=config.scoring,
         )
         status = "failed"
         shard_errors: list[str] = []

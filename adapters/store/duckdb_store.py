@@ -5,7 +5,7 @@ Query a file with any DuckDB client, e.g. ``duckdb -readonly results.duckdb``, a
 store with psql: the tables and views are the same (in PostgreSQL, DOUBLE is DOUBLE PRECISION).
 All TIMESTAMP columns are UTC (naive timestamps); all durations are in seconds.
 
-Schema (version 6)
+Schema (version 7)
 ------------------
 
 Version 2 added model usage: ``runs.model_endpoint``, and ``model_calls``, ``input_tokens``,
@@ -14,6 +14,8 @@ Version 2 added model usage: ``runs.model_endpoint``, and ``model_calls``, ``inp
 (``runs.agent_config_hash``, ``model_checkpoint``, ``vm_image``, ``run_config``) and, on
 ``steps``, ``reasoning``, ``click_x`` and ``click_y``.
 Version 6 added ``task_results.task_fingerprint`` (comparisons pair only the same task version).
+Version 7 added ``runs.scoring`` (how a server failure during evaluation counted:
+adapters/outcomes.py R9) and ``steps.delivery`` (how the environment delivered the action).
 Older files are upgraded in place when opened; a newer file is refused.
 
 ``schema_version(version INTEGER)``
@@ -45,6 +47,9 @@ Older files are upgraded in place when opened; a newer file is refused.
     vm_image             VARCHAR   image or snapshot the VMs started from (AMI id, Azure image
                                    id, "local-simulation"); NULL when unknown (existing VMs)
     run_config           JSON      the whole run configuration, secrets removed
+    scoring              VARCHAR   v7: "strict" (a server failure during evaluation is an
+                                   infrastructure error, never scored) or "waa-compat"
+                                   (scored as WAA does); NULL for runs before v7
     ==================== ========= =========================================================
 
 ``task_results`` -- one row per task *attempt*; primary key (run_id, task_id, attempt).
@@ -90,7 +95,9 @@ Older files are upgraded in place when opened; a newer file is refused.
     point a pointer action aimed at, in pixels of the screenshot: the action's x/y, or the
     centre of its target element's box; NULL for other actions or when unknown), and
     observation_error VARCHAR (schema v4: why the observation after this step lacks a part,
-    e.g. the accessibility tree the agent's own typing made unreadable; NULL when complete).
+    e.g. the accessibility tree the agent's own typing made unreadable; NULL when complete),
+    and delivery VARCHAR (schema v7: how the environment delivered the action, e.g. long text
+    typed in pieces; NULL when nothing was sent).
 
 ``latest_task_results`` (view) -- task_results restricted to the last attempt of each
 (run_id, task_id). Reports count this view, so a task retried after an infrastructure error
@@ -124,7 +131,7 @@ import adapters.store.connections as connections
 import adapters.store.postgres as postgres
 from adapters.store.errors import SchemaVersionError, StoreError
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # In-place upgrades: MIGRATIONS[v] takes a file from version v to v + 1.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -156,6 +163,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE runs ADD COLUMN selected_task_ids JSON",
     ),
     5: ("ALTER TABLE task_results ADD COLUMN task_fingerprint VARCHAR",),
+    6: (
+        "ALTER TABLE runs ADD COLUMN scoring VARCHAR",
+        "ALTER TABLE steps ADD COLUMN delivery VARCHAR",
+    ),
 }
 
 # The outcomes after which a task is done for good; resume skips only these. Derived from the
@@ -192,7 +203,8 @@ _DDL: tuple[str, ...] = (
         vm_image VARCHAR,
         run_config JSON,
         baseline VARCHAR,
-        selected_task_ids JSON
+        selected_task_ids JSON,
+        scoring VARCHAR
     )
     """,
     """
@@ -249,6 +261,7 @@ _DDL: tuple[str, ...] = (
         click_x DOUBLE,
         click_y DOUBLE,
         observation_error VARCHAR,
+        delivery VARCHAR,
         PRIMARY KEY (run_id, task_id, attempt, step_index)
     )
     """,
@@ -269,7 +282,7 @@ _RESULT_COLUMNS: tuple[str, ...] = (
 _STEP_COLUMNS: tuple[str, ...] = (
     "run_id", "task_id", "attempt", "step_index", "action_type", "action", "screenshot_path",
     "window_title", "agent_seconds", "env_seconds", "error", "model_calls", "input_tokens",
-    "output_tokens", "cost_usd", "reasoning", "click_x", "click_y", "observation_error",
+    "output_tokens", "cost_usd", "reasoning", "click_x", "click_y", "observation_error", "delivery",
 )
 _JSON_COLUMNS = frozenset({"agent_config", "timings", "action", "agent_details", "run_config", "selected_task_ids"})
 
@@ -366,6 +379,9 @@ class RunInfo(BaseModel):
     """The baseline (deployments/baselines.toml) this run is a run of; None for other runs."""
     selected_task_ids: list[str] | None = None
     """The tasks the run selected (sorted); a resume must select the same ones."""
+    scoring: str | None = None
+    """How a server failure during evaluation counted (adapters/outcomes.py R9): "strict" or
+    "waa-compat"; None for runs recorded before schema 7."""
 
 
 def agent_config_hash(agent_config: Mapping[str, Any]) -> str:
@@ -617,7 +633,7 @@ class ResultStore:
         selection_json = None if run.selected_task_ids is None else json.dumps(sorted(run.selected_task_ids))
         with self._session(write=True) as conn:
             existing = conn.execute(
-                "SELECT agent, model_id, suite, suite_hash, agent_config_hash, selected_task_ids FROM runs "
+                "SELECT agent, model_id, suite, suite_hash, agent_config_hash, selected_task_ids, scoring FROM runs "
                 "WHERE run_id = ?",
                 [run.run_id],
             ).fetchone()
@@ -628,11 +644,12 @@ class ResultStore:
                     )
                 wanted = (run.agent, run.model_id, run.suite, run.suite_hash, config_hash)
                 names = ("agent", "model_id", "suite", "suite_hash", "agent_config_hash")
+                stored_row = (*existing[:5], existing[6])
                 changed = [
                     f"{n}: stored {old!r}, now {new!r}"
-                    for n, old, new in zip(names, existing, wanted)
-                    # Runs recorded before version 3 have no configuration hash to compare.
-                    if old != new and not (n == "agent_config_hash" and old is None)
+                    for n, old, new in zip((*names, "scoring"), stored_row, (*wanted, run.scoring))
+                    # Runs recorded before version 3 (7) have no configuration hash (scoring) to compare.
+                    if old != new and not (n in ("agent_config_hash", "scoring") and old is None)
                 ]
                 if changed:
                     raise StoreError(
@@ -659,15 +676,15 @@ class ResultStore:
                 "INSERT INTO runs (run_id, started_at, finished_at, status, agent, agent_config, "
                 "model_id, suite, suite_hash, task_count, pool_size, provider, reset_level, "
                 "code_revision, prefect_flow_run_id, environment, model_endpoint, agent_config_hash, "
-                "model_checkpoint, vm_image, run_config, baseline, selected_task_ids) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "model_checkpoint, vm_image, run_config, baseline, selected_task_ids, scoring) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     run.run_id, _to_utc_naive(run.started_at), _to_utc_naive(run.finished_at),
                     run.status, run.agent, config_json, run.model_id, run.suite, run.suite_hash,
                     run.task_count, run.pool_size, run.provider, run.reset_level,
                     run.code_revision, run.prefect_flow_run_id, run.environment, run.model_endpoint,
                     config_hash, run.model_checkpoint, run.vm_image, run_config_json,
-                    run.baseline, selection_json,
+                    run.baseline, selection_json, run.scoring,
                 ],
             )
 
@@ -780,7 +797,7 @@ class ResultStore:
                 json.dumps(step.action.model_dump(mode="json"), default=str),
                 self._stored_path(step.screenshot_path), step.window_title, step.agent_seconds,
                 step.env_seconds, step.error, *_usage_values(step.usage), step.action.reasoning,
-                *(step.action.aim_point() or (None, None)), step.observation_error,
+                *(step.action.aim_point() or (None, None)), step.observation_error, step.delivery,
             ]
             for step in result.steps
         ]
