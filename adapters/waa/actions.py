@@ -21,9 +21,9 @@ Typing of any length: text is typed in pieces of at most `TYPE_PIECE_CHARS` char
   timer tick (15.6 ms), and each key press costs a little more.
 
 A piece of 1,000 characters takes 10 s of sleeps, about 16 s at the timer tick and 25 s even at
-25 ms a character: a fifth of the 120 s timeout. Its command line is at most about 4,100
-characters (`repr` writes a typable character in at most 2, Windows' quoting adds at most one
-backslash per quote), an eighth of Windows' limit (`command_line_length`).
+25 ms a character: a fifth of the 120 s timeout. Its command line is at most about 3,100
+characters (the worst text alternates backslashes and quotes: `repr` doubles the backslash and
+Windows' quoting escapes both again), a tenth of Windows' limit (`command_line_length`).
 """
 
 from __future__ import annotations

@@ -248,3 +248,29 @@ def test_concurrent_and_sequential_reads_give_the_same_observation(client: WAACl
     first, second = observations
     assert first.window_title == second.window_title == "Untitled - Notepad"
     assert first.accessibility_tree == second.accessibility_tree and first.screenshot == second.screenshot
+
+
+def test_a_slowly_repainting_application_is_never_observed_stale(tmp_path: Path) -> None:
+    """The simulation's slow-repaint mode: screen and tree show a typing step's text only 2.5 s
+    after it. The adaptive settle observes the text; observing at once would not."""
+    from adapters.waa.localenv.launcher import start_local_env
+
+    handle = start_local_env(tmp_path / "sim", quirks=True, quirk_settings={
+        "ready_delay": 0, "accessibility_delay": 0, "launch_delay": 0, "failsafe": False, "repaint_delay": 2.5})
+    try:
+        for policy, stale in ((SettlePolicy(), False), (SettlePolicy.fixed(0), True)):
+            requests.post(handle.base_url + "/sim/snapshot/load", json={"name": "initial"}, timeout=10)
+            adapter = WAALiveAdapter(WAAClient(handle.base_url), WAATaskCatalog(bundled_suite_dir()), tmp_path,
+                                     LiveAdapterSettings(settle=policy))
+            observation = adapter.reset(_notepad())
+            editor = observation.accessibility_tree.find(role="Edit", name="Text Editor")
+            adapter.step(BenchmarkAction(type=ActionType.CLICK, target_node_id=editor.node_id))
+            observation, _, info = adapter.step(BenchmarkAction(type=ActionType.TYPE, text="typed but drawn late"))
+            shown = observation.accessibility_tree.find(role="Edit", name="Text Editor").attributes["value"]
+            assert (shown == "") is stale, (policy.describe(), shown)
+            if not stale:
+                assert observation.raw_observation["settle"]["changed"]
+                assert 2.5 <= observation.raw_observation["settle"]["seconds"], observation.raw_observation["settle"]
+            adapter.close()
+    finally:
+        handle.stop()
