@@ -10,11 +10,12 @@ R1  Server-side failure of a well-formed request is infrastructure. The server c
     reached, dropped the connection, did not answer within the call's deadline, or answered 5xx
     for its own reasons: WAA's `/execute` answers 500 when its 120 s subprocess timeout fires or
     `subprocess.run` raises (Windows refuses a command line over 32,766 characters with
-    `[WinError 206]`); any uncaught exception in the Flask app becomes 500. An action the harness
-    translated from a checked action (R3) that the VM fails to carry out is R1 too, even when
-    `/execute` answers 200: a non-zero returncode with an OS error (`OSError: [WinError 5] Access
-    is denied` while UAC's secure desktop or a locked session holds the input) is the
-    environment's (`classify_command_failure(..., authored_by="harness")`).
+    `[WinError 206]`; the harness types long text in pieces far below both limits,
+    adapters/waa/actions.py); any uncaught exception in the Flask app becomes 500. An action
+    the harness translated from a checked action (R3) that the VM fails to carry out is R1
+    too, even when `/execute` answers 200: a non-zero returncode with an OS error (`OSError:
+    [WinError 5] Access is denied` while UAC's secure desktop or a locked session holds the
+    input) is the environment's (`classify_command_failure(..., authored_by="harness")`).
 R2  An attempt in which any action or observation failed under R1 is never scored: it ends at
     once as `infrastructure_error` naming the route and the server's message, its steps are kept,
     and the task is retried from a fresh reset (bounded by the run's max attempts).
