@@ -39,7 +39,9 @@ class EpisodeEnvironment(Protocol):
 
     def observe(self) -> BenchmarkObservation: ...
 
-    def apply(self, action: BenchmarkAction) -> None: ...
+    def apply(self, action: BenchmarkAction) -> str | None:
+        """Carry out the action; returns how it was delivered (recorded on the step), or None."""
+        ...
 
     def settle(self) -> object: ...
 
@@ -129,9 +131,10 @@ def run_episode(
             t0 = time.monotonic()
             outcome.phase = "act"
             step_error = None
+            delivery: str | None = None
             fault: EnvironmentFault | None = None
             try:
-                env.apply(action)
+                delivery = env.apply(action)
             except EnvironmentFault as exc:
                 fault = exc
                 step_error = str(exc)
@@ -162,6 +165,7 @@ def run_episode(
                     error=step_error,
                     usage=usage,
                     observation_error=None if fault else observation.raw_observation.get("tree_error"),
+                    delivery=delivery,
                 )
             )
             if fault is not None:

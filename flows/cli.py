@@ -98,6 +98,7 @@ def _run(args: argparse.Namespace) -> int:
             "cloud_config": args.cloud_config,
             "warm_pool": args.warm_pool,
             "suite_flavor": args.suite_flavor,
+            "scoring": args.scoring,
             "max_wall_seconds": args.max_wall_seconds,
             "max_cost_usd": args.max_cost,
             "max_tokens": args.max_tokens,
@@ -705,6 +706,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--suite-flavor", choices=["waa", "waa-v2"],
                      help="score with WAA's or WAA-V2's evaluator semantics (default: what the suite says; a "
                      "WAA-V2 checkout is recognised)")
+    run.add_argument("--scoring", choices=["strict", "waa-compat"],
+                     help="a server failure during evaluation: an infrastructure error, retried and never scored "
+                     "(strict, the default), or scored as WAA scores it (waa-compat, to reproduce WAA's numbers)")
     run.add_argument("--warm-pool", metavar="NAME",
                      help="aws/azure: use warm pool NAME's VMs (started if stopped, stopped again at the end)")
     run.add_argument(

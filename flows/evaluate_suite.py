@@ -140,7 +140,8 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
                         controller=controller)
         budget = RunBudget.for_run(config, store, run_id)
         progress = RunProgress(
-            run_id, len(tasks), len(tasks) - len(todo), config.artifacts_dir / run_id / "progress.json"
+            run_id, len(tasks), len(tasks) - len(todo), config.artifacts_dir / run_id / "progress.json",
+            scoring=config.scoring,
         )
         status = "failed"
         shard_errors: list[str] = []

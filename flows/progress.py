@@ -33,8 +33,9 @@ class RunProgress:
 
     ARTIFACT_KEY = "waa-run-progress"
 
-    def __init__(self, run_id: str, selected: int, final: int, side_file: Path | None) -> None:
+    def __init__(self, run_id: str, selected: int, final: int, side_file: Path | None, scoring: str = "strict") -> None:
         self.run_id = run_id
+        self.scoring = scoring  # shown beside the rate when it is not the strict default
         self.selected = selected
         self.final = final
         self.attempts = 0
@@ -89,6 +90,7 @@ class RunProgress:
             "successes": self.successes,
             "scored": self.scored,
             "success_ci95": list(ci) if ci else None,
+            "scoring": self.scoring,
             "infrastructure_errors": self.infrastructure_errors,
             "cost_usd": round(self.cost_usd, 6),
             "tokens": self.tokens,
@@ -152,7 +154,10 @@ def progress_line(p: dict[str, Any]) -> str:
     if scored:
         ci = p.get("success_ci95")
         interval = f" [{100 * ci[0]:.0f}-{100 * ci[1]:.0f}%]" if ci else ""
-        parts.append(f"success {p.get('successes', 0)}/{scored} {100 * p.get('successes', 0) / scored:.0f}%{interval}")
+        scoring = "" if p.get("scoring", "strict") == "strict" else f" (scoring {p['scoring']})"
+        parts.append(
+            f"success {p.get('successes', 0)}/{scored} {100 * p.get('successes', 0) / scored:.0f}%{interval}{scoring}"
+        )
     parts.append(f"infra errors {p.get('infrastructure_errors', 0)}")
     if p.get("tokens"):
         parts.append(f"cost ${p.get('cost_usd', 0.0):.4f} ({p['tokens']:,} tokens)")

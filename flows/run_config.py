@@ -71,6 +71,11 @@ class SuiteRunConfig(BaseModel):
     # Whose evaluator semantics score the suite ("waa", "waa-v2"); None: what the suite says
     # (arena-suite.toml flavor, or a WAA-V2 checkout recognised), else WAA's.
     suite_flavor: Literal["waa", "waa-v2"] | None = None
+    # How a server failure during evaluation counts (adapters/outcomes.py R9): "strict" (the
+    # default) makes it an infrastructure error, retried and never scored; "waa-compat" scores it
+    # as WAA's evaluator does (mostly None, so 0), for reproducing WAA's own numbers. Recorded on
+    # the run (runs.scoring) and shown beside every rate.
+    scoring: Literal["strict", "waa-compat"] = "strict"
     difficulty: Literal["normal", "hard"] = "normal"
     domains: list[str] | None = None
     task_ids: list[str] | None = None

@@ -125,11 +125,11 @@ class ShardProgress(RunProgress):
 
     ARTIFACT_KEY = "waa-shard-progress"
 
-    def __init__(self, run_id: str, shard: int, selected: int, side_file: Path | None) -> None:
+    def __init__(self, run_id: str, shard: int, selected: int, side_file: Path | None, scoring: str = "strict") -> None:
         self.shard = shard
         self.attempts_recorded: list[BenchmarkResult] = []
         self._attempts_lock = threading.Lock()
-        super().__init__(run_id, selected, 0, side_file)
+        super().__init__(run_id, selected, 0, side_file, scoring=scoring)
 
     def _description(self) -> str:
         return f"WAA run {self.run_id}, shard {self.shard}: " + progress_line(self.snapshot())
@@ -280,7 +280,8 @@ def run_shard(
             store.start_run(run_info(config, run_id, catalog, [t.task_id for t in tasks], agent_config, provider))
             budget = RunBudget.for_run(config, store, run_id)
         progress = ShardProgress(
-            run_id, shard, len(tasks), config.artifacts_dir / run_id / f"shard-{shard}-progress.json"
+            run_id, shard, len(tasks), config.artifacts_dir / run_id / f"shard-{shard}-progress.json",
+            scoring=config.scoring,
         )
         status = "failed"
         try:

@@ -166,6 +166,7 @@ def format_summary(
     lines.append(sound_rate_line(metrics))
     if completeness is not None:
         lines.extend(completeness_lines(completeness))
+    lines.append(metrics.run_status().scoring_line())
     lines.append(f"feasible tasks: {_pct(overall.feasible.rate)}   infeasible tasks: {_pct(overall.infeasible.rate)}")
     lines.append(f"outcomes: {_outcomes(metrics)}")
     return "\n".join(lines)
@@ -184,6 +185,7 @@ def summary_markdown(
     out += [f"**{headline[0].upper() + headline[1:]}**", ""]
     if completeness is not None:
         out += [f"- {line}" for line in completeness_lines(completeness)] + [""]
+    out += [metrics.run_status().scoring_line(), ""]
     out.append("| " + " | ".join(columns) + " |")
     out.append("| " + " | ".join("---" for _ in columns) + " |")
     for row in rows:

@@ -176,6 +176,11 @@ class RunComparison(BaseModel):
             for role, status in (("baseline", self.baseline_status), ("new", self.new_status))
             if status is not None and (text := incomplete_text(status))
         ]
+        scorings = [s.scoring for s in (self.baseline_status, self.new_status) if s is not None]
+        if len(scorings) == 2 and scorings[0] != scorings[1]:
+            lines.append(f"the runs scored server failures during evaluation differently (baseline "
+                         f"{scorings[0] or 'not recorded'}, new {scorings[1] or 'not recorded'}): their rates "
+                         "are not measured the same way")
         if self.changed:
             shown = ", ".join(c.task_id for c in self.changed[:5])
             lines.append(f"{len(self.changed)} task(s) have a different definition in each run (task fingerprints "
@@ -448,11 +453,11 @@ def compare_stored_runs(
 
 def _run_status(conn: Any, run_id: str, rows: list[dict[str, Any]]) -> RunStatus:
     """The run's status and task count (its `runs` row) and how many of `rows` are final."""
-    status, selected, controller, heard = conn.execute(
-        "SELECT status, task_count, controller, heartbeat_at FROM runs WHERE run_id = ?", [run_id]
-    ).fetchone()
-    return RunStatus(run_id=run_id, status=shown_status(status, controller, heard), selected=selected,
-                     final=sum(is_final(str(r["outcome"])) for r in rows))
+    row = conn.execute("SELECT * FROM runs WHERE run_id = ?", [run_id])
+    values = dict(zip([d[0] for d in row.description], row.fetchone()))  # older files lack later columns
+    status = shown_status(values.get("status"), values.get("controller"), values.get("heartbeat_at"))
+    return RunStatus(run_id=run_id, status=status, selected=values.get("task_count"),
+                     final=sum(is_final(str(r["outcome"])) for r in rows), scoring=values.get("scoring"))
 
 
 def stored_run_status(source: ResultsSource, run_id: str) -> RunStatus:
@@ -535,7 +540,8 @@ def run_lines(comparison: RunComparison) -> list[str]:
                 f"status {status.status or 'unknown'}, {status.missing} of {selected} selected tasks "
                 "without a final result"
             )
-        lines.append(f"{role} run {run_id}: {state}; {rates}")
+        scoring = "" if status is None else f"; {status.scoring_line()}"
+        lines.append(f"{role} run {run_id}: {state}; {rates}{scoring}")
     return lines
 
 

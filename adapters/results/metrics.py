@@ -202,6 +202,7 @@ class RunMetrics(BaseModel):
             status=self.provenance.get("status"),
             selected=selected if isinstance(selected, int) else None,
             final=sum(is_final(t.outcome) for t in self.tasks),
+            scoring=self.provenance.get("scoring"),
         )
 
 

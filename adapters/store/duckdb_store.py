@@ -5,7 +5,7 @@ Query a file with any DuckDB client, e.g. ``duckdb -readonly results.duckdb``, a
 store with psql: the tables and views are the same (in PostgreSQL, DOUBLE is DOUBLE PRECISION).
 All TIMESTAMP columns are UTC (naive timestamps); all durations are in seconds.
 
-Schema (version 7)
+Schema (version 8)
 ------------------
 
 Version 2 added model usage: ``runs.model_endpoint``, and ``model_calls``, ``input_tokens``,
@@ -16,6 +16,8 @@ Version 2 added model usage: ``runs.model_endpoint``, and ``model_calls``, ``inp
 Version 6 added ``task_results.task_fingerprint`` (comparisons pair only the same task version).
 Version 7 added ``runs.controller`` and ``runs.heartbeat_at`` (the run's lease: one controller
 per run id, and a run whose controller died shown as abandoned; adapters/store/lease.py).
+Version 8 added ``runs.scoring`` (how a server failure during evaluation counted:
+adapters/outcomes.py R9) and ``steps.delivery`` (how the environment delivered the action).
 Older files are upgraded in place when opened; a newer file is refused.
 
 ``schema_version(version INTEGER)``
@@ -52,6 +54,9 @@ Older files are upgraded in place when opened; a newer file is refused.
     controller           VARCHAR   the process running it: "host/pid/start time" (v7)
     heartbeat_at         TIMESTAMP when that controller was last heard from (v7); a `running`
                                    run whose controller died is shown as `abandoned`
+    scoring              VARCHAR   v8: "strict" (a server failure during evaluation is an
+                                   infrastructure error, never scored) or "waa-compat"
+                                   (scored as WAA does); NULL for runs before v8
     ==================== ========= =========================================================
 
 ``task_results`` -- one row per task *attempt*; primary key (run_id, task_id, attempt).
@@ -97,7 +102,9 @@ Older files are upgraded in place when opened; a newer file is refused.
     point a pointer action aimed at, in pixels of the screenshot: the action's x/y, or the
     centre of its target element's box; NULL for other actions or when unknown), and
     observation_error VARCHAR (schema v4: why the observation after this step lacks a part,
-    e.g. the accessibility tree the agent's own typing made unreadable; NULL when complete).
+    e.g. the accessibility tree the agent's own typing made unreadable; NULL when complete),
+    and delivery VARCHAR (schema v8: how the environment delivered the action, e.g. long text
+    typed in pieces; NULL when nothing was sent).
 
 ``latest_task_results`` (view) -- task_results restricted to the last attempt of each
 (run_id, task_id). Reports count this view, so a task retried after an infrastructure error
@@ -140,7 +147,7 @@ from adapters.store.errors import (
 )
 from adapters.store.lease import Controller, liveness
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # In-place upgrades: MIGRATIONS[v] takes a file from version v to v + 1.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -175,6 +182,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     6: (
         "ALTER TABLE runs ADD COLUMN controller VARCHAR",
         "ALTER TABLE runs ADD COLUMN heartbeat_at TIMESTAMP",
+    ),
+    7: (
+        "ALTER TABLE runs ADD COLUMN scoring VARCHAR",
+        "ALTER TABLE steps ADD COLUMN delivery VARCHAR",
     ),
 }
 
@@ -214,7 +225,8 @@ _DDL: tuple[str, ...] = (
         baseline VARCHAR,
         selected_task_ids JSON,
         controller VARCHAR,
-        heartbeat_at TIMESTAMP
+        heartbeat_at TIMESTAMP,
+        scoring VARCHAR
     )
     """,
     """
@@ -271,6 +283,7 @@ _DDL: tuple[str, ...] = (
         click_x DOUBLE,
         click_y DOUBLE,
         observation_error VARCHAR,
+        delivery VARCHAR,
         PRIMARY KEY (run_id, task_id, attempt, step_index)
     )
     """,
@@ -291,7 +304,7 @@ _RESULT_COLUMNS: tuple[str, ...] = (
 _STEP_COLUMNS: tuple[str, ...] = (
     "run_id", "task_id", "attempt", "step_index", "action_type", "action", "screenshot_path",
     "window_title", "agent_seconds", "env_seconds", "error", "model_calls", "input_tokens",
-    "output_tokens", "cost_usd", "reasoning", "click_x", "click_y", "observation_error",
+    "output_tokens", "cost_usd", "reasoning", "click_x", "click_y", "observation_error", "delivery",
 )
 _JSON_COLUMNS = frozenset({"agent_config", "timings", "action", "agent_details", "run_config", "selected_task_ids"})
 
@@ -350,6 +363,9 @@ class RunInfo(BaseModel):
     """The process running the run ("host/pid/start time"), set by `start_run`."""
     heartbeat_at: dt.datetime | None = None
     """When that controller was last heard from (naive UTC)."""
+    scoring: str | None = None
+    """How a server failure during evaluation counted (adapters/outcomes.py R9): "strict" or
+    "waa-compat"; None for runs recorded before schema 8."""
 
 
 def agent_config_hash(agent_config: Mapping[str, Any]) -> str:
@@ -627,7 +643,7 @@ class ResultStore:
         lock = " FOR UPDATE" if self._server_url is not None else ""
         existing = conn.execute(
             "SELECT agent, model_id, suite, suite_hash, agent_config_hash, selected_task_ids, status, "
-            f"controller, heartbeat_at FROM runs WHERE run_id = ?{lock}",
+            f"controller, heartbeat_at, scoring FROM runs WHERE run_id = ?{lock}",
             [run.run_id],
         ).fetchone()
         if existing is not None:
@@ -639,13 +655,14 @@ class ResultStore:
                 raise StoreError(
                     f"{self._where}: run {run.run_id!r} already exists; pass resume=True to continue it"
                 )
-            wanted = (run.agent, run.model_id, run.suite, run.suite_hash, config_hash)
-            names = ("agent", "model_id", "suite", "suite_hash", "agent_config_hash")
+            names = ("agent", "model_id", "suite", "suite_hash", "agent_config_hash", "scoring")
+            wanted = (run.agent, run.model_id, run.suite, run.suite_hash, config_hash, run.scoring)
+            stored_row = (*existing[:5], existing[9])
             changed = [
                 f"{n}: stored {old!r}, now {new!r}"
-                for n, old, new in zip(names, existing, wanted)
-                # Runs recorded before version 3 have no configuration hash to compare.
-                if old != new and not (n == "agent_config_hash" and old is None)
+                for n, old, new in zip(names, stored_row, wanted)
+                # Runs recorded before version 3 (8) have no configuration hash (scoring) to compare.
+                if old != new and not (n in ("agent_config_hash", "scoring") and old is None)
             ]
             if changed:
                 raise StoreError(
@@ -672,15 +689,15 @@ class ResultStore:
             "INSERT INTO runs (run_id, started_at, finished_at, status, agent, agent_config, "
             "model_id, suite, suite_hash, task_count, pool_size, provider, reset_level, "
             "code_revision, prefect_flow_run_id, environment, model_endpoint, agent_config_hash, "
-            "model_checkpoint, vm_image, run_config, baseline, selected_task_ids, controller, heartbeat_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "model_checkpoint, vm_image, run_config, baseline, selected_task_ids, controller, heartbeat_at, scoring) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 run.run_id, _to_utc_naive(run.started_at), _to_utc_naive(run.finished_at),
                 run.status, run.agent, config_json, run.model_id, run.suite, run.suite_hash,
                 run.task_count, run.pool_size, run.provider, run.reset_level,
                 run.code_revision, run.prefect_flow_run_id, run.environment, run.model_endpoint,
                 config_hash, run.model_checkpoint, run.vm_image, run_config_json,
-                run.baseline, selection_json, holder, _utcnow(),
+                run.baseline, selection_json, holder, _utcnow(), run.scoring,
             ],
         )
 
@@ -815,7 +832,7 @@ class ResultStore:
                 json.dumps(step.action.model_dump(mode="json"), default=str),
                 self._stored_path(step.screenshot_path), step.window_title, step.agent_seconds,
                 step.env_seconds, step.error, *_usage_values(step.usage), step.action.reasoning,
-                *(step.action.aim_point() or (None, None)), step.observation_error,
+                *(step.action.aim_point() or (None, None)), step.observation_error, step.delivery,
             ]
             for step in result.steps
         ]

@@ -48,3 +48,9 @@ def test_the_terminal_prints_a_line_per_change(tmp_path: Path) -> None:
     with ProgressPrinter(side, stream=out, interval=0.01):
         side.write_text(json.dumps({"final": 1, "selected": 2, "status": "running"}))
     assert out.getvalue() == "progress: 1/2 done, infra errors 0\n"
+
+
+def test_the_progress_line_says_when_rates_are_scored_as_waa_scores_them() -> None:
+    snapshot = {"final": 2, "selected": 4, "successes": 1, "scored": 2, "status": "running"}
+    assert "scoring" not in progress_line({**snapshot, "scoring": "strict"})
+    assert "success 1/2 50% (scoring waa-compat)" in progress_line({**snapshot, "scoring": "waa-compat"})

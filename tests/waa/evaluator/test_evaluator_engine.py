@@ -148,9 +148,15 @@ def test_connection_error_is_infrastructure_never_a_zero(evaluate, vm):
 
 def test_http_error_on_file_read_is_absent_like_waa(evaluate, vm):
     vm.http_errors["C:\\dir"] = 500
-    out = evaluate(exact({"type": "vm_file", "path": "C:\\dir", "dest": "d"}, None))
+    spec = exact({"type": "vm_file", "path": "C:\\dir", "dest": "d"}, None)
+    out = evaluate(spec, scoring="waa-compat")
     assert (out.score, out.kind) == (1.0, "scored")  # vm_file gave None, as WAA's controller does
-    assert "HTTP 500" in out.reason
+    # The default never scores a getter call the server failed (adapters/outcomes.py R9).
+    out = evaluate(spec)
+    assert out.kind == "infrastructure_error" and "the server failed /file: HTTP 500: boom" in out.reason
+    # A 4xx is the server's answer, not its failure: WAA's semantics under both.
+    vm.http_errors["C:\\dir"] = 400
+    assert (evaluate(spec).score, evaluate(spec).kind) == (1.0, "scored")
 
 
 # -- postconfig, infeasible, FAIL ------------------------------------------------------------------
