@@ -106,6 +106,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "guest_port": 5000,
         "devtools_port": 9222,
         "vga": "std",
+        # dockur passes hv_passthrough, which blocks saving the state; these Hyper-V enlightenments
+        # (libvirt's usual set for Windows) can be saved and restored. KVM only.
+        "cpu_flags": "hv-relaxed,hv-vapic,hv-spinlocks=0x1fff,hv-time",
         # Windows expects a local-time RTC and no S3/S4 (dockur's own flags); a USB tablet gives
         # VNC viewers an absolute pointer.
         "extra_args": ["-rtc", "base=localtime", "-global", "ICH9-LPC.disable_s3=1", "-global",
@@ -130,6 +133,7 @@ class KVMSettings(BaseModel):
     qemu_binary: str = "qemu-system-x86_64"
     machine: str = "pc-i440fx-7.2"
     cpu: str | None = None  # default: "host" under KVM, "max" under TCG
+    cpu_flags: str | None = None  # appended to the CPU model under KVM (e.g. Hyper-V enlightenments)
     memory_mib: int = Field(512, ge=128)
     vcpus: int = Field(1, ge=1, le=64)
     firmware: Literal["kernel", "uefi", "bios"] = "kernel"
@@ -309,6 +313,8 @@ class KVMProvider(VMProvider):
         s = self.settings
         accel = self.accelerator
         cpu = s.cpu or ("host" if accel.is_kvm else "max")
+        if s.cpu_flags and accel.is_kvm:
+            cpu = f"{cpu},{s.cpu_flags}"
         kernel, initrd, append = s.kernel, s.initrd, s.append
         if s.simulation:
             image = kvm_image.base_image(self._cache())
@@ -351,6 +357,11 @@ class KVMProvider(VMProvider):
         identity = {name: [str(path), path.stat().st_size] for name, path in files.items() if path is not None}
         return kvm_image.digest({"image": image, "files": identity, "qemu": kvm_host.qemu_version(spec.binary),
                                  "machine": spec.state_identity()})
+
+    def ready_state_info(self) -> dict[str, Any] | None:
+        """What the cached ready state's manifest records (boot and save times...), None if not made."""
+        manifest = self._cache() / f"ready-{self.template_key()}" / "manifest.json"
+        return json.loads(manifest.read_text()) if manifest.is_file() else None
 
     def _prepare(self) -> tuple[RunDirectory, _Template]:
         """The run directory and the ready state (made once, cached across runs), under a lock."""

@@ -246,20 +246,21 @@ class QemuProcess:
             try:
                 self.popen.wait(grace_seconds)
             except subprocess.TimeoutExpired:
-                self.popen.terminate()
-                try:
-                    self.popen.wait(grace_seconds)
-                except subprocess.TimeoutExpired:
-                    self.popen.kill()
-                    self.popen.wait(grace_seconds)
+                _terminate(self.popen, grace_seconds)
         for helper in self.helpers:
-            if helper.poll() is None:
-                helper.terminate()
-                try:
-                    helper.wait(grace_seconds)
-                except subprocess.TimeoutExpired:
-                    helper.kill()
-                    helper.wait(grace_seconds)
+            _terminate(helper, grace_seconds)
+
+
+def _terminate(popen: subprocess.Popen[bytes], grace_seconds: float) -> None:
+    """SIGTERM, then SIGKILL after `grace_seconds`; nothing when it has ended."""
+    if popen.poll() is not None:
+        return
+    popen.terminate()
+    try:
+        popen.wait(grace_seconds)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait(grace_seconds)
 
 
 def start_swtpm(tpm_dir: Path, log: Path) -> subprocess.Popen[bytes]:

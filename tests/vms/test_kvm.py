@@ -34,27 +34,21 @@ from adapters.vms.kvm import RESET_CHECK_PATH, KVMProvider, KVMSettings
 from adapters.vms.qmp import HMP_ERROR_CLASS, QMPClient, QMPConnectionError, QMPError, qmp_client
 from adapters.waa.client import WAAClient
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/vms has no __init__.py
+
+from kvm_guest import qemu_under, skip_reason  # noqa: E402
+
 MARKER = "C:\\Users\\Docker\\Desktop\\episode-marker.txt"
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _skip_reason() -> str | None:
-    if shutil.which("qemu-system-x86_64") is None or shutil.which("qemu-img") is None:
-        return "QEMU is not installed (apt-get install qemu-system-x86 qemu-utils)"
-    if not kvm_image.base_image().exists():
-        return ("the kvm provider's Debian guest is not cached (build it with `python -m adapters.vms.kvm_image "
-                "build`, as .ci/run does)")
-    if shutil.which("mke2fs") is None:
-        return "mke2fs is not installed (apt-get install e2fsprogs)"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
 
 
 def settings(runtime: Path, **overrides) -> KVMSettings:
     # TCG is allowed: these machines' KVM is PVM; on a host with a usable KVM, KVM is used.
-    values = dict(allow_tcg=True, runtime_dir=runtime, reset_timeout_seconds=30.0, start_timeout_seconds=240.0,
+    # reset_timeout bounds the hung-guest test's wait; resets here take well under a second.
+    values = dict(allow_tcg=True, runtime_dir=runtime, reset_timeout_seconds=8.0, start_timeout_seconds=240.0,
                   ready_timeout_seconds=600.0)
     values.update(overrides)
     return KVMSettings(**values)
@@ -67,25 +61,12 @@ def runtime() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def qemu_processes_under(path: Path) -> list[psutil.Process]:
-    """Running QEMU processes whose command line names `path` (our run directories)."""
-    found = []
-    for process in psutil.process_iter(["name", "cmdline", "status"]):
-        try:
-            if (process.info["name"] or "").startswith("qemu-system") and str(path) in " ".join(
-                    process.info["cmdline"] or []) and process.info["status"] != psutil.STATUS_ZOMBIE:
-                found.append(process)
-        except psutil.Error:
-            pass
-    return found
-
-
 @pytest.fixture(scope="module")
 def kvm(runtime: Path) -> Iterator[KVMProvider]:
     provider = KVMProvider(settings(runtime), "pytest-kvm", pool_size=2)  # the host checks run here
     yield provider
     provider.close()
-    assert qemu_processes_under(runtime) == []
+    assert qemu_under(runtime) == []
     assert not runtime.exists() or list(runtime.iterdir()) == []
 
 
@@ -339,14 +320,56 @@ def test_janitor_removes_the_vms_of_a_killed_owner(runtime: Path) -> None:
         qemu_pid = int(owner.stdout.readline())  # type: ignore[union-attr]
         owner.kill()
         owner.wait()
-        assert psutil.pid_exists(qemu_pid) and qemu_processes_under(base)
+        assert psutil.pid_exists(qemu_pid) and qemu_under(base)
         provider = KVMProvider(KVMSettings(runtime_dir=base), "janitor")
         report = sweep(provider)
         ours = [r for r in report.deleted if r.resource_id.startswith(str(base))]  # not other runs' leftovers
         assert sorted(r.kind for r in ours) == ["run_dir", "vm"] and not report.failed
-        assert qemu_processes_under(base) == [] and list(base.iterdir()) == []
+        assert qemu_under(base) == [] and list(base.iterdir()) == []
     finally:
         if owner.poll() is None:
             owner.kill()
-        for process in qemu_processes_under(base):
+        for process in qemu_under(base):
             process.kill()
+
+
+# -- WAA's Windows 11 preset, without Windows -------------------------------------------------
+
+
+def test_windows11_preset_machine_starts_and_snapshots_under_real_qemu(runtime: Path, tmp_path: Path) -> None:
+    """No Windows image here: the preset's machine (q35, UEFI with a per-VM variables overlay,
+    a raw disk on virtio-scsi, dockur's 20.20.20.0/24 network with both forwards, USB tablet,
+    local-time clock) is started on a blank disk, sits in the firmware, and can be saved and
+    restored: a Windows guest on it could be snapshotted. TCG here, so no Hyper-V flags."""
+    code, vars_ = Path("/usr/share/OVMF/OVMF_CODE_4M.fd"), Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
+    if not code.exists() or not vars_.exists():
+        pytest.skip("OVMF is not installed (apt-get install ovmf)")
+    from adapters.vms.kvm_qemu import VMPaths, create_overlay, read_endpoints, start_qemu, wait_for_monitor
+    from adapters.vms.kvm_runtime import RunDirectory
+
+    disk = tmp_path / "data.img"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "raw", str(disk), "64M"], check=True)
+    provider = KVMProvider(KVMSettings(preset="waa-windows11", disk_image=disk, uefi_code=code, uefi_vars=vars_,
+                                       memory_mib=512, vcpus=1, allow_tcg=True, runtime_dir=runtime), "win-preset")
+    spec = provider.machine_spec()
+    run_dir = RunDirectory.create(runtime, "win-preset")
+    paths = VMPaths.in_dir(run_dir.path, "win", spec)
+    create_overlay(disk, "raw", paths.overlay)
+    assert paths.uefi_vars is not None
+    create_overlay(vars_, "raw", paths.uefi_vars)
+    process = start_qemu(spec, paths, name="win", system_disk=paths.overlay)
+    try:
+        wait_for_monitor(process, 60)
+        forwards, vnc = read_endpoints(paths.qmp_socket, spec.guest_ports)
+        assert set(forwards) == {5000, 9222} and str(vnc).startswith("127.0.0.1:")
+        with QMPClient(str(paths.qmp_socket), None, timeout=120) as qmp:
+            assert "20.20.20.21" in qmp.human("info usernet")  # forwards reach dockur's guest address
+            qtree = qmp.human("info qtree")
+            assert re.search(r'dev: scsi-hd.*?drive = "disk0"', qtree, re.S) and "dev: usb-tablet" in qtree
+            assert qmp.status() == "running"
+            qmp.savevm("waa-ready")  # the per-VM variables store is qcow2: snapshots work
+            qmp.loadvm("waa-ready")
+            assert qmp.snapshots() == ["waa-ready"] and qmp.status() == "running"
+    finally:
+        process.stop()
+        run_dir.remove()

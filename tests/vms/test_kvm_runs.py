@@ -9,7 +9,6 @@ runtime directory whose contents are checked after each run.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -21,23 +20,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
-import psutil
 import pytest
 
-from adapters.vms import kvm_image
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/vms has no __init__.py
+
+from kvm_guest import qemu_under, skip_reason  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _skip_reason() -> str | None:
-    if shutil.which("qemu-system-x86_64") is None or shutil.which("qemu-img") is None:
-        return "QEMU is not installed (apt-get install qemu-system-x86 qemu-utils)"
-    if not kvm_image.base_image().exists():
-        return "the kvm provider's Debian guest is not cached (python -m adapters.vms.kvm_image build)"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
 
 
 @pytest.fixture(scope="module")
@@ -66,18 +58,6 @@ def arena_run(world: dict[str, Path], run_id: str, *args: str) -> subprocess.Pop
     )
 
 
-def qemu_under(path: Path) -> list[psutil.Process]:
-    found = []
-    for process in psutil.process_iter(["name", "cmdline", "status"]):
-        try:
-            if ((process.info["name"] or "").startswith("qemu-system") and process.info["status"] != psutil.STATUS_ZOMBIE
-                    and str(path) in " ".join(process.info["cmdline"] or [])):
-                found.append(process)
-        except psutil.Error:
-            pass
-    return found
-
-
 def leftovers(runtime: Path) -> list[str]:
     """QEMU processes of the runs, and any file (overlay, socket, log) under the runtime dir."""
     files = [str(p) for p in runtime.rglob("*")] if runtime.exists() else []
@@ -102,7 +82,7 @@ def assert_nothing_left(runtime: Path, seconds: float = 30) -> None:
 
 
 def test_killed_qemu_mid_episode_is_retried_on_a_replacement_vm(world: dict[str, Path]) -> None:
-    tasks = ["settings-storage-sense-monthly", "settings-storage-sense-on"]
+    tasks = ["settings-storage-sense-monthly"]  # five steps: time to kill its VM in the middle
     proc = arena_run(world, "kvm-kill9", "--pool-size", "1", *[a for t in tasks for a in ("--task", t)])
     steps = world["root"] / "art" / "kvm-kill9" / tasks[0] / "attempt-1"
     try:
@@ -125,12 +105,9 @@ def test_killed_qemu_mid_episode_is_retried_on_a_replacement_vm(world: dict[str,
     assert status == "completed"
     killed = [r for r in rows if r[0] == tasks[0]]
     assert killed[0][2] == "infrastructure_error", rows
+    print(f"the killed attempt: {killed[0][3]}")
     assert killed[-1][2] == "success" and killed[-1][4] != killed[0][4]  # finished on the replacement VM
-    finals = {}
-    for task_id, _, outcome, _, _ in rows:
-        finals[task_id] = outcome
-    assert finals == {tasks[0]: "success", tasks[1]: "success"}
-    assert sum(1 for r in rows if r[2] != "infrastructure_error") == len(tasks)  # one final result per task
+    assert [r[2] for r in rows] == ["infrastructure_error", "success"]  # one final result, after one retry
     assert "LOCAL SIMULATION" in out
     assert_nothing_left(world["runtime"], seconds=5)
 

@@ -5,7 +5,6 @@ Nothing here starts QEMU; tests/vms/test_kvm.py does."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -148,7 +147,8 @@ def test_waa_windows11_preset_command(tmp_path: Path) -> None:
     cmd = build_command(spec, paths, system_disk=paths.overlay)
     line = " ".join(cmd)
     assert cmd[cmd.index("-machine") + 1] == "q35" and cmd[cmd.index("-accel") + 1] == "kvm"
-    assert cmd[cmd.index("-cpu") + 1] == "host" and cmd[cmd.index("-m") + 1] == "8192M"
+    assert cmd[cmd.index("-cpu") + 1] == "host,hv-relaxed,hv-vapic,hv-spinlocks=0x1fff,hv-time"
+    assert cmd[cmd.index("-m") + 1] == "8192M" and cmd[cmd.index("-smp") + 1] == "8"
     assert "if=pflash,unit=0,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd" in line
     assert f"if=pflash,unit=1,format=qcow2,file={paths.uefi_vars}" in line
     assert "virtio-scsi-pci,id=scsi0" in cmd and "scsi-hd,drive=disk0,bus=scsi0.0,bootindex=0" in cmd
