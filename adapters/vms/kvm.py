@@ -355,8 +355,9 @@ class KVMProvider(VMProvider):
                      "vars": str(spec.uefi_vars) if spec.uefi_vars else None}
         files = {"kernel": spec.kernel, "initrd": spec.initrd, "uefi_code": spec.uefi_code}
         identity = {name: [str(path), path.stat().st_size] for name, path in files.items() if path is not None}
+        host_cpu = kvm_host.cpu_identity() if spec.cpu.split(",")[0] == "host" else None  # "host" is this CPU
         return kvm_image.digest({"image": image, "files": identity, "qemu": kvm_host.qemu_version(spec.binary),
-                                 "machine": spec.state_identity()})
+                                 "machine": spec.state_identity(), "host_cpu": host_cpu})
 
     def ready_state_info(self) -> dict[str, Any] | None:
         """What the cached ready state's manifest records (boot and save times...), None if not made."""
@@ -389,8 +390,9 @@ class KVMProvider(VMProvider):
             if template.exists():
                 return template
             self._log(f"kvm: booting the template VM to save its ready state (cache key {key}; once per version)")
+            for stale in template.directory.parent.glob(template.directory.name + ".*.partial"):
+                shutil.rmtree(stale, ignore_errors=True)  # a builder that was killed; we hold the lock
             work = template.directory.with_name(template.directory.name + f".{os.getpid()}.partial")
-            shutil.rmtree(work, ignore_errors=True)
             work.mkdir(parents=True)
             try:
                 self._boot_and_save(run_dir, work, key)

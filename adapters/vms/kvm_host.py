@@ -137,6 +137,21 @@ def admit_pool(pool_size: int, *, memory_mib: int, vcpus: int, overhead_mib: int
         )
 
 
+def cpu_identity(cpuinfo: Path = CPUINFO) -> str:
+    """The host CPU's model name and feature flags (hashed by the caller): a state saved with
+    `-cpu host` loads only on a CPU with the same features."""
+    try:
+        text = cpuinfo.read_text(errors="replace")
+    except OSError:
+        return "unknown"
+    fields = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("model name", "flags") and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    return f"{fields.get('model name', '')}|{fields.get('flags', '')}"
+
+
 def find_program(name: str, package: str) -> str:
     """The full path of program `name`; HostCheckError naming the Debian package otherwise."""
     path = shutil.which(name) if os.sep not in name else (name if os.access(name, os.X_OK) else None)

@@ -343,10 +343,12 @@ def _status(cache: Path) -> int:
     print(f"code disk: {cache / f'code-{code_key()}.img'} "
           f"({'present' if (cache / f'code-{code_key()}.img').exists() else 'built on first use'})")
     for ready in sorted(cache.glob("ready-*")):
+        if not ready.is_dir() or ready.name.endswith(".partial"):
+            continue
         info = ready / "manifest.json"
         detail = json.loads(info.read_text()) if info.exists() else {}
         print(f"ready state: {ready.name} (code {detail.get('code_key')}, {detail.get('accelerator')}, "
-              f"{detail.get('qemu')}, saved in {detail.get('boot_seconds')} s boot)")
+              f"{detail.get('qemu')}, template boot {detail.get('boot_seconds')} s)")
     return 0 if image.exists() else 1
 
 
@@ -356,6 +358,8 @@ def _prune(cache: Path) -> int:
     keep_base = base_key()
     removed = 0
     for path in cache.glob("ready-*"):
+        if not path.is_dir():
+            continue
         manifest = path / "manifest.json"
         detail = json.loads(manifest.read_text()) if manifest.exists() else {}
         if detail.get("code_key") != keep_code or detail.get("base_key") != keep_base:

@@ -366,3 +366,36 @@ def test_code_disk_is_a_real_ext4_image(tmp_path: Path) -> None:
                              text=True, check=True).stdout
     assert "__main__.py" in listing and "server.py" in listing
     assert kvm_image.build_code_disk(tmp_path) == disk  # reused, not rebuilt
+
+
+# -- arena run refuses before anything starts ------------------------------------------------
+
+
+def run_cli(tmp_path: Path, toml: str, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
+    from flows.cli import main
+
+    config = tmp_path / "arena.toml"
+    config.write_text(toml)
+    code = main(["run", "--provider", "kvm", "--cloud-config", str(config), "--db", str(tmp_path / "a.duckdb"),
+                 "--artifacts", str(tmp_path / "art"), *extra])
+    return code, capsys.readouterr().err
+
+
+def test_arena_run_names_an_unusable_kvm_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if shutil.which("qemu-system-x86_64") is None or shutil.which("qemu-img") is None:
+        pytest.skip("QEMU is not installed")
+    problem = kvm_problem()
+    if problem is None:
+        pytest.skip("KVM is usable on this host: nothing to refuse")
+    code, err = run_cli(tmp_path, "[kvm]\nmemory_mib = 512\n", capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("arena: error: KVM is not usable here: ") and problem in err and "allow_tcg = true" in err
+    assert not (tmp_path / "a.duckdb").exists()  # nothing started, nothing written
+
+
+def test_arena_run_refuses_a_pool_the_host_cannot_hold(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if shutil.which("qemu-system-x86_64") is None or shutil.which("qemu-img") is None:
+        pytest.skip("QEMU is not installed")
+    code, err = run_cli(tmp_path, "[kvm]\nallow_tcg = true\nmemory_mib = 4000000\n", capsys, "--pool-size", "3")
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("arena: error: a pool of 3 VMs needs 12000768 MiB (4000000 MiB guest + 256 MiB QEMU each)")
