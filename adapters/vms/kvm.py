@@ -6,15 +6,17 @@ template VM cold-boots, its WAA server answers ``/probe``, and its whole state (
 is saved to a file with its disk as a read-only layer, all cached by a key naming the image, the
 guest code, the QEMU build, machine type, CPU model and the machine's devices (a saved state
 loads only into the same ones). Every VM then starts from that state (``-incoming``), not a
-boot: about a second under KVM, 1-7 s under TCG on a loaded 2-core host; it saves the ready
-state once more as an internal snapshot of its own overlay (``savevm``, 0.1-0.4 s).
+boot: 0.5-0.8 s to an answering server on a quiet host, 2-5 s on this project's loaded 2-core
+hosts, both under TCG; it saves the ready state once more as an internal snapshot of its own
+overlay (``savevm``, 0.1-0.5 s).
 
 Reset levels (measured on this project's 2-core machines under TCG, bench/vm_reset.py):
 
 * ``snapshot``: ``loadvm`` of that internal snapshot through the monitor (guest_reset.py, the
-  same code that resets the cloud VMs through dockur's monitor): 0.2-0.5 s to an answering
-  server; RAM, devices and disk all go back. Chosen over restarting a clone from the saved state
-  (1-7 s) because it keeps the QEMU process and needs no new port.
+  same code that resets the cloud VMs through dockur's monitor): 0.4-0.6 s to an answering
+  server, the check included; RAM, devices and disk all go back. Chosen over restarting a clone
+  from the saved state (2-5 s here) because it keeps the QEMU process, its port and its warm
+  translation cache.
 * ``reboot``: ``system_reset``; the guest boots again, disk changes survive.
 * ``disk``: the QEMU process is replaced by a new clone on a fresh overlay.
 
@@ -60,6 +62,7 @@ from adapters.vms.kvm_qemu import (
     save_state,
     start_qemu,
     wait_for_monitor,
+    wait_running,
 )
 from adapters.vms.kvm_runtime import RunDirectory, default_base_dir, end_process, run_directories
 from adapters.vms.qmp import validate_snapshot_name
@@ -493,6 +496,7 @@ class KVMProvider(VMProvider):
                 create_overlay(template.uefi_vars, "qcow2", paths.uefi_vars)
             process = self._launch(run_dir, vm_id, spec, paths, paths.overlay, template.state)
             wait_for_monitor(process, 60)
+            wait_running(process, self.settings.start_timeout_seconds)
             forwards, vnc = read_endpoints(paths.qmp_socket, spec.guest_ports)
             base_url = f"http://127.0.0.1:{forwards[spec.guest_ports[0]]}"
             _wait_answering(process, base_url, self.settings.start_timeout_seconds, "start from the ready state")

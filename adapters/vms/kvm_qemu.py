@@ -328,6 +328,25 @@ def wait_for_monitor(process: QemuProcess, deadline_seconds: float) -> None:
         time.sleep(0.02)
 
 
+def wait_running(process: QemuProcess, deadline_seconds: float) -> None:
+    """Block until the guest runs (a VM started from a saved state is "inmigrate" until it is
+    loaded). Probing before that costs seconds: the user network's first connection attempt to a
+    guest that is not running yet is only retried after its retransmission timeout."""
+    end = time.monotonic() + deadline_seconds
+    with qmp_client(str(process.paths.qmp_socket), timeout=30) as qmp:
+        while True:
+            state = qmp.status()
+            if state == "running":
+                return
+            if state not in ("inmigrate", "prelaunch", "restore-vm"):
+                raise QemuError(f"{process.name} is {state!r} after loading its state, not running")
+            if not process.alive():
+                raise QemuError(process.exit_description())
+            if time.monotonic() > end:
+                raise QemuError(f"{process.name} did not finish loading its state within {deadline_seconds:g} s")
+            time.sleep(0.01)
+
+
 def parse_forwards(info_usernet: str) -> dict[int, int]:
     """Guest port -> host port of each forwarded TCP port in HMP ``info usernet`` output."""
     return {int(m.group("gport")): int(m.group("hport")) for m in _FORWARD_ROW.finditer(info_usernet)}
