@@ -13,10 +13,10 @@ overlay (``savevm``, 0.1-0.5 s).
 Reset levels (measured on this project's 2-core machines under TCG, bench/vm_reset.py):
 
 * ``snapshot``: ``loadvm`` of that internal snapshot through the monitor (guest_reset.py, the
-  same code that resets the cloud VMs through dockur's monitor): 0.4-0.6 s to an answering
-  server, the check included; RAM, devices and disk all go back. Chosen over restarting a clone
-  from the saved state (2-5 s here) because it keeps the QEMU process, its port and its warm
-  translation cache.
+  same code that resets the cloud VMs through dockur's monitor); RAM, devices and disk all go
+  back. Chosen over restarting a clone from the saved state because it keeps the QEMU process,
+  its port and its warm translation cache: median 0.6 s against 1.2 s, measured interleaved on
+  one VM here (docs/kvm.md).
 * ``reboot``: ``system_reset``; the guest boots again, disk changes survive.
 * ``disk``: the QEMU process is replaced by a new clone on a fresh overlay.
 

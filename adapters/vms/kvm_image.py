@@ -239,6 +239,7 @@ def build_base(cache: Path | None = None, *, mirror: str | None = None,
             }, indent=2))
             if image.directory.exists():
                 shutil.rmtree(image.directory)
+            work.chmod(0o755)  # mkdtemp made it private; the image is for every user of the cache
             os.replace(work, image.directory)
         finally:
             shutil.rmtree(work, ignore_errors=True)
