@@ -1,7 +1,8 @@
 """The Debian test guest of the kvm provider: a small VM whose boot starts the product's own
 local WAA environment (adapters/waa/localenv), built from Debian packages.
 
-    python -m adapters.vms.kvm_image build      # the base image (needs root and mmdebstrap)
+    sudo env ARENA_KVM_CACHE=$HOME/.cache/waa-arena/kvm-guest .venv/bin/python -m adapters.vms.kvm_image build
+                                                # the base image (root and mmdebstrap), into your cache
     python -m adapters.vms.kvm_image status     # what is cached, under which keys
     python -m adapters.vms.kvm_image prune      # drop cached ready states of other code versions
 
@@ -332,6 +333,17 @@ def build_code_disk(cache: Path | None = None) -> Path:
 # -- command line ------------------------------------------------------------------------------
 
 
+def _give_to_sudo_user(cache: Path) -> None:
+    """Run with sudo, hand the cache to the user who ran sudo: that user's runs write their code
+    disks and ready states into it, without root."""
+    uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
+    if os.geteuid() != 0 or not uid or not gid:
+        return
+    for path in [cache, *cache.rglob("*")]:
+        os.chown(path, int(uid), int(gid), follow_symlinks=False)
+
+
+
 def _status(cache: Path) -> int:
     image = base_image(cache)
     print(f"cache: {cache}")
@@ -395,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
             return _prune(cache)
         image, seconds = build_base(cache, mirror=args.mirror, log=lambda line: print(line, file=sys.stderr))
         code = build_code_disk(cache)
+        _give_to_sudo_user(cache)
     except ImageError as exc:
         print(f"kvm_image: error: {exc}", file=sys.stderr)
         return 1
