@@ -42,7 +42,7 @@ def default_base_dir() -> Path:
 
 def _index_dir() -> Path:
     """Where every run directory is listed, wherever its `runtime_dir` put it: the watcher of
-    `arena run` and the janitor find them all from here."""
+    `arena run` finds its owner's directories from here."""
     return default_base_dir() / "index"
 
 
@@ -236,12 +236,13 @@ def _read_index(entry: Path) -> Path | None:
         return None
 
 
-def run_directories(base: Path | None = None) -> list[RunDirectory]:
-    """Every run directory under `base` (default: this user's) or listed in the index, oldest first."""
+def run_directories(base: Path | None = None, *, indexed: bool = False) -> list[RunDirectory]:
+    """Every run directory under `base` (default: this user's), oldest first; with `indexed`,
+    also those the index lists elsewhere (other `runtime_dir`s)."""
     base = base or default_base_dir()
     paths = {p.resolve() for p in base.iterdir() if p.is_dir()} if base.is_dir() else set()
     index = _index_dir()
-    for entry in index.iterdir() if index.is_dir() else []:
+    for entry in index.iterdir() if index.is_dir() and indexed else []:
         listed = _read_index(entry)
         if listed is None or not (listed / OWNER_FILE).exists():
             entry.unlink(missing_ok=True)  # its directory is gone
@@ -259,7 +260,7 @@ def remove_leftovers_of(owner_pid: int, base: Path | None = None, *, wait_second
     """
     end = time.monotonic() + wait_seconds
     removed = []
-    for directory in run_directories(base):
+    for directory in run_directories(base, indexed=True):
         if directory.owner().get("pid") != owner_pid:
             continue
         while directory.owner_alive() and time.monotonic() < end:
