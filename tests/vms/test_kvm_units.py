@@ -227,6 +227,8 @@ def base() -> Iterator[Path]:
     """A short base directory: Unix socket paths in it must stay under 108 bytes."""
     path = Path(tempfile.mkdtemp(prefix="wk-", dir="/tmp"))
     yield path / "base"
+    for directory in run_directories(path / "base"):
+        directory.remove()  # and its entry in the index
     shutil.rmtree(path, ignore_errors=True)
 
 
