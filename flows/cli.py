@@ -744,7 +744,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(func=_status)
 
     janitor = sub.add_parser("janitor", help="delete expired cloud resources this product created")
-    janitor.add_argument("--provider", action="append", choices=["aws", "azure"])
+    janitor.add_argument("--provider", action="append", choices=["aws", "azure", "kvm"])
     janitor.add_argument("--config", type=Path, help="cloud settings TOML (default $ARENA_CONFIG or ./arena.toml)")
     janitor.add_argument("--dry-run", action="store_true", help="list what would be deleted")
     janitor.set_defaults(func=_janitor)

@@ -244,6 +244,7 @@ class SuiteRunConfig(BaseModel):
             server_wait_seconds=self.server_wait_seconds,
             quirks=self.quirks,
             quirk_settings=self.quirk_settings,
+            pool_size=self.pool_size,
         )
 
     def preflight(self) -> None:
