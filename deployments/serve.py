@@ -23,7 +23,9 @@ Settings (environment):
     ARENA_NIGHTLY_TIMEZONE   its IANA time zone (default "UTC"), e.g. "Europe/Berlin"
     ARENA_BASELINES_FILE     the baselines file every served flow reads when it runs
                              (default deployments/baselines.toml)
-    ARENA_MODEL_BASELINE     baseline a model update is compared with (default scripted-bundled-local)
+    ARENA_MODEL_BASELINE     baseline a model update is compared with (default plan-replay-local, the
+                             shipped demo that calls the local plan-replay endpoint); on-model-update is
+                             not served when that baseline admits no model updates
     ARENA_MODEL_UPDATE_EXPORT_DIR, ARENA_MODEL_UPDATE_EXPORT_FORMAT   where (and as what) a model
                              update exports its new model's failed episodes
     ARENA_SERVE_LIMIT        at most this many flow runs at once in this process (default 4; 0 = no
@@ -42,6 +44,7 @@ prefect.yaml instead (docs/deployments.md).
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 from prefect import serve
@@ -50,7 +53,17 @@ from prefect.events import DeploymentEventTrigger
 from prefect.schedules import Cron
 
 from deployments.health import keep_active
-from flows.baselines import DEFAULT_BASELINE, evaluate_baseline, evaluate_model_update, nightly_baselines
+from flows.baselines import (
+    DEFAULT_BASELINE,
+    DEFAULT_MODEL_BASELINE,
+    OperatorSettings,
+    evaluate_baseline,
+    evaluate_model_update,
+    find_baseline,
+    load_baselines,
+    nightly_baselines,
+    resolve_baselines_file,
+)
 from flows.notify import MODEL_UPDATED
 
 DEFAULT_CRON = "0 2 * * *"
@@ -88,26 +101,51 @@ def build_nightly_deployment() -> RunnerDeployment:
     )
 
 
+def model_update_baseline() -> str:
+    """The baseline model updates are compared with (ARENA_MODEL_BASELINE)."""
+    return os.environ.get("ARENA_MODEL_BASELINE") or DEFAULT_MODEL_BASELINE
+
+
+def model_update_refusal() -> str | None:
+    """Why on-model-update cannot be served (its baseline admits no model updates, or is not in
+    the baselines file), or None."""
+    file = resolve_baselines_file(OperatorSettings.from_env().baselines_file)
+    try:
+        return find_baseline(load_baselines(file), model_update_baseline(), file).model_update_refusal()
+    except ValueError as exc:
+        return str(exc)
+
+
 def build_model_update_deployment() -> RunnerDeployment:
+    baseline = model_update_baseline()
     return evaluate_model_update.to_deployment(
         name="on-model-update",
-        parameters={"baseline": os.environ.get("ARENA_MODEL_BASELINE", DEFAULT_BASELINE)},
+        parameters={"baseline": baseline},
         triggers=[
             DeploymentEventTrigger(
                 name="on-model-updated-event",
+                description=f"Each {MODEL_UPDATED} event for a resource model.<name> starts on-model-update: <name> "
+                            f"(at the event's endpoint) evaluated against baseline {baseline}",
                 expect={MODEL_UPDATED},
                 match={"prefect.resource.id": "model.*"},
                 parameters=MODEL_UPDATE_PARAMETERS,
             )
         ],
-        description="Evaluate a new model (from a model.updated event) against a baseline and compare.",
+        description=f"Evaluate a new model (from a {MODEL_UPDATED} event) against baseline {baseline} and compare.",
         tags=["waa", "model-update"],
     )
 
 
 def build_deployments() -> list[RunnerDeployment]:
-    """Every deployment this process serves."""
-    return [build_deployment(), build_nightly_deployment(), build_model_update_deployment()]
+    """Every deployment this process serves: on-model-update only when its baseline admits model
+    updates (a baseline whose agent calls no model cannot test one)."""
+    deployments = [build_deployment(), build_nightly_deployment()]
+    refusal = model_update_refusal()
+    if refusal is None:
+        deployments.append(build_model_update_deployment())
+    else:
+        print(f"on-model-update is not served: {refusal}", file=sys.stderr, flush=True)
+    return deployments
 
 
 def main() -> None:

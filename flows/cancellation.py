@@ -1,14 +1,16 @@
-"""Cancelling a run from Prefect: the UI's Cancel button, `prefect flow-run cancel`.
+"""Cancelling a run from Prefect: the UI's Cancel, `prefect flow-run cancel`, on the run itself
+or on a flow run above it (a served baseline, the nightly).
 
-A run started by a runner or worker (`deployments.serve`, a work pool) is stopped by it: the
-server marks the run Cancelling, the runner sends its process SIGTERM, and Prefect turns that
-into a `TerminationSignal` in the flow. A run `arena run` started in its own process has no
-runner, so nothing would stop it: `stop_when_cancelled` watches its state and sends the process
-the same SIGTERM, and the flow then stops as it does under a runner (no new task, a grace period
-for running attempts, teardown, status `cancelled`).
+Every evaluation watches its own flow run and those above it while it runs (`watch_cancellation`)
+and, once one is Cancelling or Cancelled, sets an event the pool engine waits on: no new task
+starts, running attempts get a grace period, the pool is torn down, and the flow ends in
+Prefect's Cancelled state with the store saying `cancelled`. This works the same for a run a
+runner or worker started (which also sends the process SIGTERM), for `arena run` (whose flow run
+belongs to a deployment so the UI's Cancel button works, but which no runner watches) and for a
+run nested in another flow, which no runner would stop at all.
 
     terminate_on_sigterm()      this process stops on SIGTERM by raising TerminationSignal
-    stop_when_cancelled()       while the block runs, SIGTERM this process once its run is cancelled
+    watch_cancellation(event)   while the block runs, set `event` once the run (or one above it) is cancelled
     cancellation_requested()    whether the server holds the current flow run (or one above it) in
                                 Cancelling/Cancelled
 """
@@ -16,7 +18,6 @@ for running attempts, teardown, status `cancelled`).
 from __future__ import annotations
 
 import contextvars
-import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -29,7 +30,6 @@ from prefect.exceptions import TerminationSignal
 from flows.bookkeeping import best_effort
 
 POLL_SECONDS = 2.0
-_self_stop_allowed = False
 
 
 def _raise_termination(signum: int, frame: Any) -> None:
@@ -38,19 +38,9 @@ def _raise_termination(signum: int, frame: Any) -> None:
 
 def terminate_on_sigterm() -> None:
     """SIGTERM raises TerminationSignal in the main thread, before, during and after the flow, so
-    `arena run` can end with its own message and exit status; and the process may stop itself
-    when its run is cancelled. Only for a process that is ours (`arena run`), never a test's."""
-    global _self_stop_allowed
+    `arena run` can end with its own message and exit status. Only for a process that is ours
+    (`arena run`), never a test's."""
     signal.signal(signal.SIGTERM, _raise_termination)
-    _self_stop_allowed = True
-
-
-def _state_type(flow_run_id: UUID | str) -> str | None:
-    from prefect.client.orchestration import get_client
-
-    with get_client(sync_client=True) as client:
-        state = client.read_flow_run(flow_run_id).state
-    return state.type.value if state else None
 
 
 def _current_flow_run() -> Any:
@@ -92,26 +82,21 @@ def cancellation_requested() -> bool:
 
 
 @contextmanager
-def stop_when_cancelled() -> Iterator[None]:
-    """While the block runs, poll the current flow run's state and SIGTERM this process once it
-    is cancelled. Does nothing for deployment runs (their runner or worker stops them) or when
-    `terminate_on_sigterm` was not called."""
-    flow_run = _current_flow_run()
-    flow_run_id = flow_run.id
-    if flow_run.deployment_id is not None or not _self_stop_allowed:
-        yield
-        return
+def watch_cancellation(cancelled: threading.Event) -> Iterator[None]:
+    """While the block runs, poll the current flow run and those above it every POLL_SECONDS;
+    set `cancelled` once one is Cancelling or Cancelled (a server that does not answer is asked
+    again)."""
+    flow_run_id = _current_flow_run().id
     done = threading.Event()
 
     def watch() -> None:
         while not done.wait(POLL_SECONDS):
             try:
-                cancelled = _state_type(flow_run_id) in _CANCELLED
+                if _lineage_cancelled(flow_run_id):
+                    cancelled.set()
+                    return
             except Exception:  # noqa: BLE001 - the server may be restarting; ask again
                 continue
-            if cancelled:
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
 
     # Run in the flow's context: the Prefect settings (its server's API URL) are context
     # variables, and a Prefect call without them would start a temporary server of its own.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -124,6 +125,10 @@ def _run(args: argparse.Namespace) -> int:
     from flows.terminal import ProgressPrinter, quiet_expected_tracebacks
 
     quiet_expected_tracebacks(verbose=args.verbose)
+    if args.owns_process and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # Started with Ctrl-C ignored (a background job of a script, nohup): a person's Ctrl-C, or
+        # a SIGINT sent on purpose, still stops the run cleanly.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.owns_process:
         from flows.cancellation import terminate_on_sigterm
         from flows.reaper import start_reaper
@@ -136,7 +141,7 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"Prefect UI: {local_server.ui_url} (a local server shared by the runs on this machine; "
                       "set PREFECT_API_URL to use your own)", file=sys.stderr)
             with ProgressPrinter(config.artifacts_dir / config.run_id / "progress.json"):
-                outcome = run_suite(config)
+                outcome = run_suite(config, announce=lambda url: print(f"Flow run: {url}", file=sys.stderr))
     except LocalServerError as exc:
         print(f"arena: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -155,6 +160,14 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED if isinstance(stop, KeyboardInterrupt) else EXIT_TERMINATED
+    if outcome.stopped_by is not None:
+        if outcome.stopped_by == "prefect":
+            print(f"arena: run {outcome.run_id} was cancelled from Prefect; attempts recorded so far are kept "
+                  f"(resume with --run-id {outcome.run_id})", file=sys.stderr)
+            return RUN_EXIT_CODES["cancelled"]
+        print(f"arena: interrupted; attempts recorded so far are kept (resume with --run-id {outcome.run_id})",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED if outcome.stopped_by == "ctrl-c" else EXIT_TERMINATED
     if outcome.status == "store_failed":
         print(f"arena: run {outcome.run_id}: {outcome.table}. When the store is back, finish the run with "
               f"--run-id {outcome.run_id} (and the same options): waiting results are written first", file=sys.stderr)
@@ -340,13 +353,20 @@ def _tasks_new(args: argparse.Namespace) -> int:
 
 
 def _notify_model_updated(args: argparse.Namespace) -> int:
-    from flows.notify import notify_model_updated
+    from flows.notify import deployments_started_by, notify_model_updated
 
     try:
-        print(notify_model_updated(args.model, endpoint=args.endpoint, checkpoint=args.checkpoint))
+        event_id = notify_model_updated(args.model, endpoint=args.endpoint, checkpoint=args.checkpoint)
     except RuntimeError as exc:  # no server configured: a usage problem, not a crash
         print(f"arena: error: {exc}", file=sys.stderr)
         return 2
+    started = deployments_started_by()
+    print(f"model.updated sent for {args.model} (event {event_id})")
+    if not started:
+        print("arena: no deployment on this server starts on model.updated: nothing will evaluate it "
+              "(serve them: python -m deployments.serve)", file=sys.stderr)
+        return EXIT_FAILED
+    print("it starts: " + "; ".join(started))
     return 0
 
 

@@ -23,10 +23,14 @@ controller.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import flow, get_client, get_run_logger, tags
+from prefect.context import FlowRunContext
+from prefect.flow_engine import run_flow
+from prefect.states import State
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.exceptions import TerminationSignal
 from prefect.task_runners import ThreadPoolTaskRunner
@@ -43,13 +47,14 @@ from adapters.vms.janitor import sweep_run
 from adapters.vms.registry import build_provider
 from adapters.vms.warm_pool import WarmPool
 from adapters.waa.catalog import WAATaskCatalog
-from flows.bookkeeping import best_effort
+from flows.bookkeeping import best_effort, slug
 from flows.budget import RunBudget
-from flows.cancellation import cancellation_requested, stop_when_cancelled
+from flows.cancellation import cancellation_requested, watch_cancellation
 from flows.pool_engine import PoolRunRequest, evaluate_on_pool
 from flows.progress import RunProgress
 from flows.provenance import run_info
 from flows.run_config import STORE_FAILED, RunOutcome, SuiteRunConfig, new_run_id
+from flows.run_states import outcome_of, run_state
 from flows.summary import (
     RunCompleteness,
     format_summary,
@@ -61,12 +66,28 @@ from flows.summary import (
 
 
 def _flow_run_name() -> str:
-    """Runs are named by agent, model and suite in the Prefect UI, e.g. waa-openai-qwen-ft-3-bundled_suite."""
+    """Runs are named by how they started and their run id, which tells them apart, e.g.
+    `ad-hoc-20261125-141345-a84240` or `nightly-scripted-bundled-local-20261125-020000-1f2e3d`."""
     from prefect.runtime import flow_run
 
-    config = SuiteRunConfig.model_validate(flow_run.parameters["config"])
-    model = f"-{config.agent_options.model}" if config.agent_options.model else ""
-    return f"waa-{config.agent}{model}-{Path(config.suite_dir).name}-{config.provider}"
+    return run_name(SuiteRunConfig.model_validate(flow_run.parameters["config"]))
+
+
+def run_name(config: SuiteRunConfig) -> str:
+    """The flow run name of an evaluation: its trigger, its baseline when it is one, its run id."""
+    baseline = f"{config.baseline}-" if config.baseline else ""
+    return f"{config.trigger}-{baseline}{config.run_id or 'new'}"
+
+
+def run_tags(config: SuiteRunConfig) -> list[str]:
+    """The tags every flow run of an evaluation carries, to find it in the UI and the API."""
+    tags = ["waa", f"trigger:{config.trigger}", f"agent:{config.agent}", f"suite:{Path(config.suite_dir).name}",
+            f"provider:{config.provider}"]
+    if config.baseline:
+        tags.append(f"baseline:{config.baseline}")
+    if config.agent_options.model:
+        tags.append(f"model:{config.agent_options.model}")
+    return tags
 
 
 def _delete_run_resources(flow: Any, run: Any, state: Any) -> None:
@@ -98,8 +119,17 @@ def _delete_run_resources(flow: Any, run: Any, state: Any) -> None:
     on_cancellation=[_delete_run_resources],
     on_crashed=[_delete_run_resources],
 )
-def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
-    """Evaluate the configured suite and agent; results land in DuckDB as each task finishes."""
+def evaluate_suite(config: SuiteRunConfig) -> State:
+    """Evaluate the configured suite and agent; results land in the store as each task finishes.
+    Ends in the state that says what happened (flows/run_states.py), the RunOutcome as its data."""
+    outcome = _evaluate(config)
+    context = FlowRunContext.get()
+    if context is not None and context.flow_run is not None:
+        outcome.flow_run_id = str(context.flow_run.id)
+    return run_state(outcome)
+
+
+def _evaluate(config: SuiteRunConfig) -> RunOutcome:
     logger = get_run_logger()
     run_id = config.run_id or new_run_id()
     catalog = WAATaskCatalog(
@@ -141,15 +171,17 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
         budget = RunBudget.for_run(config, store, run_id)
         progress = RunProgress(
             run_id, len(tasks), len(tasks) - len(todo), config.artifacts_dir / run_id / "progress.json",
-            scoring=config.scoring,
+            scoring=config.scoring, cost=budget.cost_usd,
         )
         status = "failed"
         shard_errors: list[str] = []
         request = PoolRunRequest(config, run_id, catalog, provider, agent_options, store, budget, progress)
         store_failure: str | None = None
         results: list[BenchmarkResult] = []
+        stopped_by: str | None = None
+        completeness: RunCompleteness | None = None
         try:
-            with stop_when_cancelled(), Heartbeat(lambda: store.heartbeat(run_id, controller)):
+            with watch_cancellation(request.cancelled), Heartbeat(lambda: store.heartbeat(run_id, controller)):
                 if config.shards:
                     # Imported here: flows.shard runs this flow's engine on worker hosts and
                     # imports from this package; the shard path is the rarer one.
@@ -159,21 +191,26 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
                     results, shard_errors = evaluate_on_shards(config, run_id, catalog, todo, store, budget, progress)
                 else:
                     results = evaluate_on_pool(request, todo)
+            completeness = run_completeness(store, run_id, tasks, budget)
             if request.unstored is not None:
                 store_failure = request.unstored.outage or "the store did not take every result"
                 status = STORE_FAILED
+            elif request.cancelled.is_set():
+                status, stopped_by = "cancelled", "prefect"
             else:
-                completeness = run_completeness(store, run_id, tasks, budget)
                 status = completeness.status
         except StoreUnavailable as exc:
             # The store failed outside the recorder (reading the run back at its end): results
             # the recorder could not store are in the spool; the run ends as a store failure.
             store_failure, status = error_text(exc), STORE_FAILED
-        except (KeyboardInterrupt, TerminationSignal):
-            # Ctrl-C, a Prefect cancellation or another SIGTERM: recorded attempts stand and a
-            # resume finishes the run.
-            status = "cancelled" if cancellation_requested() else "interrupted"
-            raise
+        except (KeyboardInterrupt, TerminationSignal) as stop:
+            # Ctrl-C, a runner stopping a cancelled run, another SIGTERM: recorded attempts stand
+            # and a resume finishes the run. The flow ends in Cancelled, never Crashed.
+            cancelled = cancellation_requested()
+            status = "cancelled" if cancelled else "interrupted"
+            stopped_by = "prefect" if cancelled else "ctrl-c" if isinstance(stop, KeyboardInterrupt) else "sigterm"
+            completeness = best_effort("counting the run's results", lambda: run_completeness(store, run_id, tasks, budget),
+                                       retry_for=0)
         finally:
             try:
                 store.finish_run(run_id, status)
@@ -186,9 +223,22 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
             progress.finish(status)
         if status == STORE_FAILED:
             return _store_failed(config, run_id, store, store_failure or "unknown", request.unstored, results)
+        if stopped_by is not None:
+            return _stopped(run_id, store, status, stopped_by, results, completeness)
         return _summarize(
             config, run_id, len(tasks), environment, store, completeness, results, request.problems, shard_errors
         )
+
+
+def _stopped(run_id: str, store: ResultStore, status: str, stopped_by: str, results: list[BenchmarkResult],
+             completeness: RunCompleteness | None) -> RunOutcome:
+    """The end of a run someone stopped (Ctrl-C, SIGTERM, Prefect's Cancel): the attempts recorded
+    so far stand, and a resume (`--run-id`) finishes the run."""
+    how = {"prefect": "cancelled from Prefect", "ctrl-c": "interrupted (Ctrl-C)", "sigterm": "stopped (SIGTERM)"}
+    line = f"run {run_id} was {how[stopped_by]}; attempts recorded so far are kept"
+    get_run_logger().warning("%s", line)
+    return RunOutcome(run_id=run_id, store=store.location, results=results, table=line, status=status,
+                      completeness=completeness, stopped_by=stopped_by)
 
 
 def _store_failed(
@@ -224,11 +274,13 @@ def _summarize(
             run_id, completeness.status, completeness.missing, completeness.selected,
         )
     description = f"WAA run {run_id}: {config.agent} agent on {selected} tasks ({environment}), {completeness.status}"
-    rows = summary_rows(summary, completeness)
+    rows = summary_rows(summary, completeness, config.vm_hour_price_usd)
+    # One series per baseline (its nights side by side in the UI's artifact history), else per run.
+    series = slug(config.baseline or run_id)
     best_effort("publishing the summary table artifact",
-                lambda: create_table_artifact(key="waa-run-summary", table=rows, description=description))
+                lambda: create_table_artifact(key=f"waa-summary-{series}", table=rows, description=description))
     best_effort("publishing the summary report artifact",
-                lambda: create_markdown_artifact(key="waa-run-summary-report", markdown=markdown, description=description))
+                lambda: create_markdown_artifact(key=f"waa-report-{series}", markdown=markdown, description=description))
     return RunOutcome(
         run_id=run_id,
         store=store.location,
@@ -241,10 +293,57 @@ def _summarize(
     )
 
 
-def run_suite(config: SuiteRunConfig) -> RunOutcome:
-    """Run the flow with a task runner sized to the pool (the run id is fixed up front, so the
-    cancellation hook can find the run's cloud resources by tag)."""
+# The deployment `arena run`'s flow runs belong to. Nothing serves it (its runs execute in the
+# `arena run` process that creates them, and it is paused so no one starts one from the UI);
+# it is there because Prefect's UI offers Cancel only on runs of a deployment.
+ARENA_RUN_DEPLOYMENT = "arena-run"
+
+
+def run_suite(config: SuiteRunConfig, announce: Callable[[str], None] | None = None) -> RunOutcome:
+    """Run the evaluation with a task runner sized to the pool and return its outcome (the run
+    id is fixed up front, so the cancellation hook can find the run's cloud resources by tag).
+
+    Inside another flow (a baseline, the nightly) it is that flow's subflow. On its own (`arena
+    run`) it is a run of the `evaluate-suite/arena-run` deployment executed in this process, so
+    the Prefect UI can cancel it; `announce` is then given its page's URL before it starts."""
     if config.run_id is None:
         config = config.model_copy(update={"run_id": new_run_id()})
-    runner = ThreadPoolTaskRunner(max_workers=config.pool_size)
-    return evaluate_suite.with_options(task_runner=runner)(config)
+    flow = evaluate_suite.with_options(task_runner=ThreadPoolTaskRunner(max_workers=config.pool_size))
+    if FlowRunContext.get() is not None:
+        with tags(*run_tags(config)):
+            return outcome_of(flow(config, return_state=True))
+    with get_client(sync_client=True) as client:
+        flow_run = client.create_flow_run_from_deployment(
+            _arena_run_deployment(), parameters={"config": config.model_dump(mode="json")}, tags=run_tags(config),
+            name=run_name(config),
+        )
+    if announce is not None:
+        url = flow_run_url(flow_run.id)
+        if url:
+            announce(url)
+    return outcome_of(run_flow(flow, flow_run=flow_run, parameters={"config": config}, return_type="state"))
+
+
+def flow_run_url(flow_run_id: Any) -> str | None:
+    """The flow run's page in the Prefect UI of the current server, or None when unknown."""
+    from prefect.settings import PREFECT_UI_URL
+
+    base = PREFECT_UI_URL.value()
+    return f"{str(base).rstrip('/')}/runs/flow-run/{flow_run_id}" if base else None
+
+
+_deployments: dict[str, Any] = {}
+
+
+def _arena_run_deployment() -> Any:
+    """The id of `evaluate-suite/arena-run` on the current Prefect server, registered on first use."""
+    from prefect.settings import PREFECT_API_URL
+
+    server = str(PREFECT_API_URL.value())
+    if server not in _deployments:
+        _deployments[server] = evaluate_suite.to_deployment(
+            name=ARENA_RUN_DEPLOYMENT, paused=True, tags=["waa"],
+            description="Runs started by `arena run` (executed in that process; nothing serves this deployment, "
+                        "and it is paused). Start runs with `arena run`, not from here.",
+        ).apply()
+    return _deployments[server]

@@ -32,6 +32,7 @@ engine on their own hosts.
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -44,7 +45,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound, TerminationSignal
-from prefect.states import Completed, State
+from prefect.states import State
 
 from adapters.agents import AgentOptions, build_agent
 from adapters.benchmark import BenchmarkResult, BenchmarkTask, OutcomeKind
@@ -63,6 +64,7 @@ from flows.bookkeeping import best_effort, pool_slots, warn
 from flows.budget import RunBudget
 from flows.progress import RunProgress
 from flows.run_config import SuiteRunConfig, store_wait_seconds
+from flows.run_states import final_result, outcome_state
 from flows.scheduling import AttemptHooks, Schedule, WorkQueue, attempt_loop, lane_loop, longest_first
 from tasks.provision import provision_pool
 
@@ -102,6 +104,8 @@ class PoolRunRequest:
     problems: list[str] = field(default_factory=list)
     # Results the store had not taken when the pool finished (safe in the spool, or lost), and why.
     unstored: RecorderClose | None = None
+    # Set when the run is cancelled from Prefect (flows/cancellation.py): the lanes stop.
+    cancelled: threading.Event = field(default_factory=threading.Event)
 
 
 @contextmanager
@@ -166,34 +170,6 @@ def _delete_limit(name: str) -> None:
             client.delete_global_concurrency_limit_by_name(name)
         except ObjectNotFound:
             pass  # a retry after the server did delete it
-
-
-# The name each outcome gives the evaluate-task run in the Prefect UI: a person scanning the run
-# list sees at once which tasks failed and why (the state stays Completed: the task ran; a red
-# Failed state is kept for the controller's own trouble).
-OUTCOME_STATE_NAMES: dict[OutcomeKind, str] = {
-    OutcomeKind.SUCCESS: "Success",
-    OutcomeKind.AGENT_FAILURE: "Agent failure",
-    OutcomeKind.SETUP_FAILURE: "Setup failure",
-    OutcomeKind.EVALUATION_ERROR: "Evaluation error",
-    OutcomeKind.INFRASTRUCTURE_ERROR: "Infrastructure error",
-    OutcomeKind.TIMEOUT: "Timeout",
-}
-
-
-def outcome_state(result: BenchmarkResult | None) -> State | None:
-    """A task's last result as a Completed state named by its outcome (see OUTCOME_STATE_NAMES)."""
-    if result is None:
-        return None
-    message = f"{result.outcome.value} on {result.vm_id or 'no VM'} (attempt {result.attempt})"
-    if result.error or result.reason:
-        message += f": {(result.error or result.reason or '')[:300]}"
-    return Completed(data=result, name=OUTCOME_STATE_NAMES[result.outcome], message=message)
-
-
-def final_result(value: State | BenchmarkResult | None) -> BenchmarkResult | None:
-    """The result inside what `attempt_task` returned (a state, or the result when called bare)."""
-    return value.result() if isinstance(value, State) else value
 
 
 @dataclass(frozen=True)
@@ -346,6 +322,9 @@ def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[BenchmarkTask], resour
         first_attempts = r.store.next_attempts(r.run_id)
         for task_id, number in (r.first_attempts or {}).items():
             first_attempts[task_id] = max(number, first_attempts.get(task_id, 1))
+        if r.progress is not None:  # a task whose last attempt fails is done too (out of retries)
+            r.progress.expect_attempts({t.task_id: first_attempts.get(t.task_id, 1) + config.max_attempts - 1
+                                        for t in todo})
         lanes = Lanes(
             work=WorkQueue(longest_first(todo, expected), first_attempts),
             pool=pool,
@@ -362,10 +341,12 @@ def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[BenchmarkTask], resour
                 with pool_slots(limit_name, pool.size):
                     futures = [run_lane.submit(lane, lanes) for lane in range(pool.size)]
                     try:
-                        by_id = {result.task_id: result for f in futures for result in f.result()}
+                        _wait_for_lanes(lanes, futures, r.cancelled)
                     except (KeyboardInterrupt, TerminationSignal) as stop:
-                        _stop_lanes(lanes, futures, stop)
+                        _stop_lanes(lanes, futures, "Ctrl-C" if isinstance(stop, KeyboardInterrupt) else "SIGTERM")
                         raise
+                    # Every lane, unless a cancellation stopped them (their results are stored anyway).
+                    by_id = {result.task_id: result for f in futures if _done(f) for result in f.result()}
         finally:
             r.unstored = _close_recorder(lanes.recorder, r.problems)
         _report_pool_problems(pool, r.problems)
@@ -385,14 +366,30 @@ def _close_recorder(recorder: ResultRecorder, problems: list[str]) -> RecorderCl
     return None if closed.complete else closed
 
 
-def _stop_lanes(lanes: Lanes, futures: list[Any], stop: BaseException) -> None:
-    """Ctrl-C or SIGTERM: start nothing new, give running attempts a grace period to end and be
-    recorded, then abandon the rest; the caller tears the pool down and lets the run stop."""
+def _wait_for_lanes(lanes: Lanes, futures: list[Any], cancelled: threading.Event) -> None:
+    """Wait until every lane has ended, or until the run is cancelled from Prefect (the UI's
+    Cancel, `prefect flow-run cancel`, on this run or a flow run above it): then stop the lanes
+    as SIGTERM does (no new task; running attempts get their grace period)."""
+    while not all(_done(f) for f in futures):
+        if cancelled.wait(0.5):
+            _stop_lanes(lanes, futures, "cancelled from Prefect")
+            return
+
+
+def _done(future: Any) -> bool:
+    """Whether a lane's future has ended (its thread's own future: the server may learn of the
+    task run's end only later, or never, from a server without background services)."""
+    return bool(future.wrapped_future.done())
+
+
+def _stop_lanes(lanes: Lanes, futures: list[Any], why: str) -> None:
+    """Ctrl-C, SIGTERM or a cancellation: start nothing new, give running attempts a grace period
+    to end and be recorded, then abandon the rest; the caller tears the pool down."""
     lanes.work.close()
-    grace = STOP_GRACE_SECONDS if isinstance(stop, KeyboardInterrupt) else TERMINATION_GRACE_SECONDS
+    grace = STOP_GRACE_SECONDS if why == "Ctrl-C" else TERMINATION_GRACE_SECONDS
     get_run_logger().warning(
         "stopping (%s): no new task starts; waiting up to %g s for %d running attempt(s)",
-        "Ctrl-C" if isinstance(stop, KeyboardInterrupt) else "SIGTERM", grace, lanes.work.running,
+        why, grace, lanes.work.running,
     )
     deadline = time.monotonic() + grace
     for f in futures:

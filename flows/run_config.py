@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from adapters.agents import AgentOptions
+from adapters.agents import MODEL_AGENTS, AgentOptions
 from adapters.benchmark import BenchmarkResult
 from adapters.results.source import stored_selection
 from adapters.secrets import refuse_url_secret
@@ -137,6 +137,9 @@ class SuiteRunConfig(BaseModel):
     # The baseline (deployments/baselines.toml) this is a run of, stored as runs.baseline so a
     # model update finds exactly its baseline's runs; None for every other run.
     baseline: str | None = None
+    # How the run was started: names its flow run and tags it in the Prefect UI; not part of
+    # what a resume must match.
+    trigger: Literal["ad-hoc", "on-demand", "nightly", "model-update"] = "ad-hoc"
     # Shard mode (flows/shard.py, docs/deployments.md): 0 = every task runs in this flow run's
     # process. N > 0 = the tasks still to do are split into N balanced shards, each run as a flow
     # run of `shard_deployment` ("flow/deployment") on whichever worker picks it up, each on its
@@ -227,6 +230,13 @@ class SuiteRunConfig(BaseModel):
             raise ValueError(
                 f"shard_deployment must name a deployment as 'flow/deployment', got {self.shard_deployment!r}"
             )
+        if self.agent not in MODEL_AGENTS:
+            # A model name on an agent that calls none would be stored with the run as if it had.
+            given = [option for option, value in (("--model", self.agent_options.model),
+                                                  ("--base-url", self.agent_options.base_url)) if value]
+            if given:
+                raise ValueError(f"{' and '.join(given)} given, but the {self.agent!r} agent calls no model; use one of "
+                                 f"{', '.join(sorted(MODEL_AGENTS))}")
         return self
 
     def flavor(self) -> str:
@@ -351,6 +361,10 @@ class RunOutcome(BaseModel):
     store_failure: str | None = None
     spooled: int = 0
     lost: int = 0
+    # Who stopped a cancelled or interrupted run: "prefect" (its Cancel), "ctrl-c", "sigterm".
+    stopped_by: str | None = None
+    # The evaluation's own flow run (its page in the Prefect UI).
+    flow_run_id: str | None = None
 
 
 def new_run_id() -> str:

@@ -200,6 +200,11 @@ def attempt_loop(task: BenchmarkTask, schedule: Schedule, hooks: AttemptHooks) -
             budget.add(result)
         if not result.outcome.is_retryable:
             break
+        # A problem of the environment: said at WARNING, so a filter on problems finds it.
+        last = attempt == first + schedule.max_attempts - 1
+        hooks.logger.warning("task %s attempt %d on %s: infrastructure error (%s); %s", task.task_id, attempt,
+                             vm.vm_id, (result.error or result.reason or "")[:200],
+                             "no attempt left: the task has no final result" if last else "retrying on another VM")
     return result
 
 

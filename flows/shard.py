@@ -123,7 +123,7 @@ class ShardProgress(RunProgress):
     collects exactly what went into the shard's file, infrastructure-error attempts included.
     """
 
-    ARTIFACT_KEY = "waa-shard-progress"
+    ARTIFACT_PREFIX = "waa-shard-progress"
 
     def __init__(self, run_id: str, shard: int, selected: int, side_file: Path | None, scoring: str = "strict") -> None:
         self.shard = shard

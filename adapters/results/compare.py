@@ -51,7 +51,7 @@ from adapters.results.source import (
     source_path,
 )
 
-Verdict = Literal["improved", "regressed", "no significant difference", "insufficient data"]
+Verdict = Literal["improved", "regressed", "no significant difference", "insufficient data", "no verdict"]
 DeltaMethod = Literal["paired", "unpaired"]
 
 DEFAULT_ALPHA = 0.05
@@ -168,6 +168,9 @@ class RunComparison(BaseModel):
     only_in_baseline: list[str]
     only_in_new: list[str]
     test: PairedTest
+    # Why no verdict may be drawn although tasks pair (the new run did not finish, or never reached
+    # its model: the model update flow); None when the test's verdict stands.
+    withheld: str | None = None
 
     def warnings(self) -> list[str]:
         """A line per run that is not complete (its rates leave tasks out)."""
@@ -189,8 +192,9 @@ class RunComparison(BaseModel):
 
     @property
     def verdict(self) -> Verdict:
-        """improved / regressed / no significant difference / insufficient data."""
-        return self.test.verdict
+        """improved / regressed / no significant difference / insufficient data, or no verdict
+        when it is withheld."""
+        return "no verdict" if self.withheld else self.test.verdict
 
     @property
     def p_value(self) -> float | None:
@@ -501,6 +505,8 @@ def format_p_value(p_value: float | None) -> str:
 def verdict_sentence(comparison: RunComparison) -> str:
     """The verdict and the evidence behind it, in one sentence."""
     t = comparison.test
+    if comparison.withheld:
+        return f"no verdict: {comparison.withheld}"
     if t.verdict == "insufficient data":
         return (
             "insufficient data: the runs have no task in common with a sound environment in both, "

@@ -62,7 +62,18 @@ def test_build_deployments_schedule_and_trigger(monkeypatch: pytest.MonkeyPatch)
     assert trigger.expect == {"model.updated"}
     assert trigger.match.model_dump() == {"prefect.resource.id": "model.*"}
     assert set(trigger.parameters) == {"model", "endpoint", "checkpoint"}
-    assert on_update.parameters["baseline"] == "scripted-bundled-local"
+    assert "model.updated" in trigger.description and "plan-replay-local" in trigger.description
+    assert on_update.parameters["baseline"] == "plan-replay-local"  # the shipped baseline that calls a model
+
+
+def test_on_model_update_is_not_served_for_a_baseline_that_calls_no_model(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ARENA_MODEL_BASELINE", "scripted-bundled-local")
+    names = {d.name for d in build_deployments()}
+    assert names == {"on-demand", "nightly-baselines"}
+    err = capsys.readouterr().err
+    assert "on-model-update is not served: baseline 'scripted-bundled-local' runs the 'scripted' agent" in err
 
 
 def test_model_template_strips_the_resource_prefix() -> None:
@@ -87,7 +98,9 @@ def test_model_template_strips_the_resource_prefix() -> None:
 
 def test_shipped_baselines_file_loads() -> None:
     baselines = load_baselines(PROJECT / "deployments" / "baselines.toml")
-    assert [b.name for b in baselines] == ["scripted-bundled-local"]
+    assert [b.name for b in baselines] == ["scripted-bundled-local", "plan-replay-local"]
+    demo = baselines[1]
+    assert demo.agent == "openai" and demo.model_updates is not None and not demo.nightly
     config = baseline_config(baselines[0], run_id="r1")
     assert config.agent == "scripted" and config.provider == "local" and config.run_id == "r1"
     assert (config.suite_dir / "test_all.json").exists()
@@ -186,8 +199,8 @@ def test_model_updated_event_format() -> None:
 
 def test_nightly_baselines_runs_each_and_reports_failures(prefect_server: None, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every baseline runs (as its own subflow); a broken one fails the flow at the end without
-    stopping the others."""
+    """Every baseline runs (as its own subflow); a broken one ends the night as Failed, named
+    "Failed night" and naming the baseline, without stopping the others."""
     import duckdb
 
     from flows.baselines import nightly_baselines
@@ -200,8 +213,9 @@ def test_nightly_baselines_runs_each_and_reports_failures(prefect_server: None, 
         f'[[baselines]]\nname = "scripted-one"\nagent = "scripted"\n{common}'
     )
     monkeypatch.setenv("ARENA_BASELINES_FILE", str(file))  # the operator's file, not a parameter
-    with pytest.raises(RuntimeError, match="1 of 2 baselines failed: broken-http"):
-        nightly_baselines()
+    state = nightly_baselines(return_state=True)
+    assert state.is_failed() and state.name == "Failed night"
+    assert "1 of 2 baselines not completed" in (state.message or "") and "broken-http: failed" in state.message
     with duckdb.connect(str(db), read_only=True) as con:
         rows = con.execute("SELECT agent, status FROM runs").fetchall()
     assert rows == [("scripted", "completed")]
@@ -221,6 +235,7 @@ def model_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeModelServer]
     """An OpenAI-compatible endpoint whose model gives up at once (FAIL), for model updates."""
     monkeypatch.setenv("FAKE_MODEL_KEY", "not-a-secret")
     with FakeModelServer("openai", default=openai_completion("FAIL()")) as server:
+        server.models = ["base-model", "ckpt-003", "ckpt-004", "ckpt-fail"]
         yield server
 
 

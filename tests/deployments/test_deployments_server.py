@@ -45,6 +45,7 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     # The model baseline's endpoint (a fake OpenAI-compatible server whose model gives up at once)
     # and a caller's server that must never be contacted.
     model = FakeModelServer("openai", default=openai_completion("FAIL()")).start()
+    model.models = ["base-model", "test-ckpt-1"]  # a new checkpoint is served before it is announced
     attacker = FakeModelServer("openai", default=openai_completion("FAIL()")).start()
     common = (f"task_ids = {json.dumps(TEST_TASKS)}\n"
               'pool_size = 2\nprovider = "local"\nreset_level = "snapshot"\n'
