@@ -59,7 +59,7 @@ from flows.cancellation import cancellation_requested
 from flows.doctor import check_model
 from flows.evaluate_suite import flow_run_url, run_suite
 from flows.run_config import SAFE_RUN_ID, RunOutcome, SuiteRunConfig
-from flows.run_states import run_state
+from flows.run_states import ended, run_state
 
 BASELINES_FILE_VERSION = 1
 DEFAULT_BASELINES_FILE = "deployments/baselines.toml"
@@ -437,8 +437,8 @@ def _on_demand_run_name() -> str:
 @flow(name="evaluate-baseline", flow_run_name=_on_demand_run_name)
 def evaluate_baseline(baseline: str = DEFAULT_BASELINE, run_id: str | None = None) -> State:
     """Run one baseline of the operator's baselines file by name (deployment `on-demand`); with
-    `run_id`, resume that run of it. Ends in the evaluation's own state (Completed, a Failed named
-    for what happened, Cancelled), its outcome as data.
+    `run_id`, resume that run of it. Ends in the evaluation's own state (Completed, Failed or
+    Cancelled, what happened first in its message), its outcome as data.
 
     A caller chooses only which configured baseline runs; its configuration, store and folders
     are the operator's (the baselines file named by ARENA_BASELINES_FILE)."""
@@ -453,9 +453,10 @@ def nightly_baselines() -> State:
     """Run every baseline of the operator's baselines file (ARENA_BASELINES_FILE), one after the
     other, each as a subflow linked from this run's page.
 
-    A baseline that fails or ends incomplete does not stop the others; the night then ends in a
-    Failed state named for it ("Incomplete night"), each baseline's status and missing tasks in
-    its message and in a table on this run's page, so Prefect's failure notifications fire. A
+    A baseline that fails or ends incomplete does not stop the others; the night then ends
+    Failed ("Incomplete night: ..." or "Failed night: ..."), each baseline's status and missing
+    tasks in its message and in a table on this run's page, so Prefect's failure notifications
+    and automations fire. A
     cancellation (of this run or of a baseline's evaluation) stops the night: Cancelled.
     """
     logger = get_run_logger()
@@ -482,15 +483,15 @@ def nightly_baselines() -> State:
     run_ids = {name: o.run_id for name, o in outcomes.items()}
     message = "; ".join(lines)
     if any(o.stopped_by is not None for o in outcomes.values()) or (not_run and cancellation_requested()):
-        return Cancelled(name="Cancelled", message=message, data=run_ids)
+        return ended(Cancelled, f"Cancelled night: {message}", run_ids)
     bad = [name for name, o in outcomes.items() if o.status != "completed"] + list(errors)
     logger.info("nightly baselines: %d of %d completed", len(baselines) - len(bad), len(baselines))
     if bad:
         logger.warning("nightly baselines: not completed: %s", message)
-        name = "Failed night" if errors else "Incomplete night"
-        return Failed(name=name, message=f"{len(bad)} of {len(baselines)} baselines not completed: {message}",
-                      data=run_ids)
-    return Completed(name="Completed", message=message, data=run_ids)
+        headline = "Failed night" if errors else "Incomplete night"
+        return ended(Failed, f"{headline}: {len(bad)} of {len(baselines)} baselines not completed: {message}",
+                     run_ids)
+    return ended(Completed, message, run_ids)
 
 
 def _model_update_run_name() -> str:
@@ -525,10 +526,10 @@ def evaluate_model_update(
     try:
         comparison = run_model_update(model, endpoint, checkpoint, baseline, OperatorSettings.from_env())
     except ModelUpdateRefused as refused:
-        # A refusal is the caller's input, not a crash: one line, no traceback, in a Failed
-        # state named for it (so failure notifications still fire).
+        # A refusal is the caller's input, not a crash: one line, no traceback, and a Failed
+        # state (so failure notifications still fire).
         get_run_logger().error("model update refused: %s", refused)
-        return Failed(name="Refused", message=str(refused))
+        return Failed(message=f"Refused: {refused}")
     return model_update_state(comparison)
 
 
@@ -589,11 +590,11 @@ def run_model_update(
 
 
 def model_update_state(comparison: RunComparison) -> State:
-    """Completed with the verdict, or Failed "No verdict" when the new model's run cannot give one
+    """Completed with the verdict, or Failed ("No verdict: ...") when the new model's run cannot give one
     (so Prefect's failure notifications fire); the comparison as data."""
     if comparison.withheld:
-        return Failed(name="No verdict", message=comparison.withheld, data=comparison)
-    return Completed(name="Completed", message=f"verdict: {comparison.verdict}", data=comparison)
+        return ended(Failed, f"No verdict: {comparison.withheld}", comparison)
+    return ended(Completed, f"verdict: {comparison.verdict}", comparison)
 
 
 def _verdict_withheld(outcome: RunOutcome, config: SuiteRunConfig) -> str | None:

@@ -46,7 +46,7 @@ from adapters.store.spool import ResultSpool, drain_spool, spool_dir
 from adapters.vms.janitor import sweep_run
 from adapters.vms.registry import build_provider
 from adapters.vms.warm_pool import WarmPool
-from adapters.waa.catalog import WAATaskCatalog
+from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from flows.bookkeeping import best_effort, slug
 from flows.budget import RunBudget
 from flows.cancellation import cancellation_requested, watch_cancellation
@@ -81,8 +81,8 @@ def run_name(config: SuiteRunConfig) -> str:
 
 def run_tags(config: SuiteRunConfig) -> list[str]:
     """The tags every flow run of an evaluation carries, to find it in the UI and the API."""
-    tags = ["waa", f"trigger:{config.trigger}", f"agent:{config.agent}", f"suite:{Path(config.suite_dir).name}",
-            f"provider:{config.provider}"]
+    suite = "bundled" if Path(config.suite_dir) == bundled_suite_dir() else Path(config.suite_dir).name
+    tags = ["waa", f"trigger:{config.trigger}", f"agent:{config.agent}", f"suite:{suite}", f"provider:{config.provider}"]
     if config.baseline:
         tags.append(f"baseline:{config.baseline}")
     if config.agent_options.model:

@@ -4,7 +4,8 @@ Prefect's own fallback, a temporary server per process, breaks when runs overlap
 migrates the same SQLite database at start-up, and two at once fail ("duplicate column name").
 So a run without PREFECT_API_URL uses this instead:
 
-- The first run starts the server (Prefect's API and UI, without its background services) as a
+- The first run starts the server (Prefect's API and UI, with the services that record task runs
+  and events, without the scheduler and the other background services) as a
   detached process on a free port and records it in ``$PREFECT_HOME/arena-server/server.json``.
   Later runs find it there and use it; start-up is serialised by a lock file, so two runs
   starting together start one server.
@@ -301,6 +302,10 @@ class _HeldHome:
             self.users_path.unlink(missing_ok=True)
 
 
+# Prefect server services the shared local server does not run (see `supervise`).
+_SERVICES_OFF = ("SCHEDULER", "LATE_RUNS", "FOREMAN", "PAUSE_EXPIRATIONS", "REPOSSESSOR", "DB_VACUUM")
+
+
 def _server_command(port: int) -> list[str]:
     import prefect
 
@@ -352,9 +357,13 @@ def supervise(directory: Path, port: int) -> None:
     api_url = f"http://127.0.0.1:{port}/api"
     env = {
         **os.environ,
-        # API and UI, no background services (scheduler, late runs...): runs need neither, and
-        # a served deployment's schedule belongs to the team's own server.
-        "PREFECT__SERVER_WEBSERVER_ONLY": "1",
+        # The services that make runs visible: task runs reach the server only as events, which
+        # the task-run recorder writes (without it the UI shows every run with no task runs), the
+        # event persister feeds the run graph and the event feed, triggers run a user's automations,
+        # cancellation clean-up ends a cancelled run's children. Off: the scheduler, late runs and
+        # the rest; runs need none of them, and a served deployment's schedule belongs to the
+        # team's own server.
+        **{f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false" for name in _SERVICES_OFF},
         "PREFECT_API_URL": api_url,  # the UI calls the API at this address
         "PREFECT_SERVER_API_PORT": str(port),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",

@@ -48,7 +48,7 @@ from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound, TerminationS
 from prefect.states import State
 
 from adapters.agents import AgentOptions, build_agent
-from adapters.benchmark import BenchmarkResult, BenchmarkTask, OutcomeKind
+from adapters.benchmark import BenchmarkResult, BenchmarkTask
 from adapters.episode import EpisodeLimits
 from adapters.store.duckdb_store import ResultStore
 from adapters.store.recorder import RecorderClose, ResultRecorder

@@ -16,11 +16,14 @@ like a success; what is *not* a measurement is drawn orange (Prefect's Crashed: 
 infrastructure failed"), so the dashboard's Completed / Failed / Crashed counts read as solved /
 missed / not measured.
 
-For a whole evaluation run (`run_state`): Completed only when every selected task has a final
-result; Failed named for what happened ("Incomplete", "Budget exhausted", "Store failed") with the
-counts in its message, so Prefect's failure notifications and automations fire; Cancelled
-("Cancelled" from Prefect, "Interrupted" by Ctrl-C or SIGTERM). The run's own outcome travels
-as the state's data (`outcome_of`).
+For a whole run (`run_state`): Completed only when every selected task has a final result;
+otherwise Failed, or Cancelled when someone stopped it, with what happened first in the message
+("Incomplete: ...", "Budget exhausted: ...", "Store failed: ...", "Interrupted (Ctrl-C): ...")
+and the counts after it. A run's state keeps Prefect's own name (Failed, Cancelled) because the
+server names a flow run's state event after the state's name (`prefect.flow-run.<name>`,
+prefect/server/models/events.py) and the UI builds a "flow run state" automation from the names
+it offers: a run named "Incomplete" would never fire the team's "Failed" alert. The run's own
+outcome travels as the state's data (`outcome_of`).
 """
 
 from __future__ import annotations
@@ -42,11 +45,39 @@ OUTCOME_STATES: dict[OutcomeKind, tuple[Any, str]] = {
     OutcomeKind.SETUP_FAILURE: (Crashed, "Setup failure"),
     OutcomeKind.EVALUATION_ERROR: (Crashed, "Evaluation error"),
 }
-OUTCOME_STATE_NAMES: dict[OutcomeKind, str] = {kind: name for kind, (_, name) in OUTCOME_STATES.items()}
 
-# A run's failed-type states, by run status.
-_FAILED_NAMES = {"incomplete": "Incomplete", "budget_exhausted": "Budget exhausted", STORE_FAILED: "Store failed",
-                 "failed": "Failed"}
+# What a run's state message begins with, by run status.
+_HEADLINES = {"incomplete": "Incomplete", "budget_exhausted": "Budget exhausted", STORE_FAILED: "Store failed",
+              "failed": "Failed", "cancelled": "Cancelled", "interrupted": "Interrupted"}
+
+
+class RunEnded(Exception):
+    """What a Failed or Cancelled run carries as its data, and what a Python caller of the flow
+    gets raised (Prefect raises a failed state's data when it is an exception): the state's
+    message, and in `data` what the run produced (its RunOutcome, the night's run ids, a model
+    update's comparison)."""
+
+    def __init__(self, message: str, data: Any) -> None:
+        super().__init__(message)
+        self.data = data
+
+
+def ended(make: Any, message: str, data: Any) -> State:
+    """A run's final state: Completed carries `data` as it is; Failed and Cancelled carry it in a
+    RunEnded (anything else there makes Prefect's `state.result()` raise a TypeError)."""
+    if make is Completed:
+        return Completed(data=data, message=message)
+    return make(data=RunEnded(message, data), message=message)
+
+
+def carried(state: State) -> Any:
+    """What a run's final state (`ended`) carries; a crash's own exception is raised."""
+    data = state.result(raise_on_failure=False)
+    if isinstance(data, RunEnded):
+        return data.data
+    if isinstance(data, BaseException):
+        raise data
+    return data
 
 
 class Carried:
@@ -94,23 +125,24 @@ logging.getLogger("prefect.task_runs").addFilter(_WithoutRetryNotice())
 
 
 def run_state(outcome: RunOutcome) -> State:
-    """An evaluation run's end as Prefect shows it: Completed, a Failed named for what happened,
-    or Cancelled, with the counts in the message and the outcome as data."""
+    """An evaluation run's end as Prefect shows it: Completed, Failed or Cancelled (Prefect's own
+    names, which its automations match), what happened and the counts in the message, the
+    outcome as data."""
     counts = _counts(outcome)
     if outcome.status == "completed":
-        return Completed(data=outcome, name="Completed", message=counts)
+        return ended(Completed, counts, outcome)
+    headline = _HEADLINES.get(outcome.status, outcome.status.replace("_", " ").capitalize())
+    if outcome.stopped_by in ("ctrl-c", "sigterm"):
+        headline += " (Ctrl-C)" if outcome.stopped_by == "ctrl-c" else " (SIGTERM)"
     if outcome.status in ("cancelled", "interrupted"):
-        return Cancelled(data=outcome, name=outcome.status.capitalize(), message=counts)
-    name = _FAILED_NAMES.get(outcome.status, outcome.status.replace("_", " ").capitalize())
-    detail = outcome.store_failure if outcome.status == STORE_FAILED else None
-    return Failed(data=outcome, name=name, message=f"{counts}" + (f"; {detail}" if detail else ""))
+        return ended(Cancelled, f"{headline}: {counts}", outcome)
+    detail = f"; {outcome.store_failure}" if outcome.status == STORE_FAILED and outcome.store_failure else ""
+    return ended(Failed, f"{headline}: {counts}{detail}", outcome)
 
 
 def outcome_of(state: State) -> RunOutcome:
     """The run's outcome a `run_state` carries; the run's own exception when it crashed."""
-    data = state.result(raise_on_failure=False)
-    if isinstance(data, BaseException):
-        raise data
+    data = carried(state)
     if not isinstance(data, RunOutcome):
         raise RuntimeError(f"the evaluation ended in state {state.name!r} without an outcome: {state.message}")
     return data

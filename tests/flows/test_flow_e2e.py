@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import duckdb
@@ -62,8 +63,15 @@ def test_random_agent_scores_near_zero(prefect_server: None, tmp_path: Path, bun
         (r.task_id, r.outcome.value, r.error) for r in outcome.results
     ]
     # In the Prefect UI each task's run is named by its outcome, with the VM in its message.
-    states = _evaluate_task_states(db, "e2e-random")
-    assert len(states) == len(bundled_ids)
+    # Prefect records task-run states from events, a moment after the flow has returned.
+    deadline = time.monotonic() + 30
+    while True:
+        states = _evaluate_task_states(db, "e2e-random")
+        settled = len(states) == len(bundled_ids) and not {"Running", "Pending"} & {n for n, _ in states}
+        if settled or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert len(states) == len(bundled_ids), states
     assert {name for name, _ in states} <= {"Success", "Agent failure"} and "Agent failure" in {n for n, _ in states}
     assert all(message.startswith(("agent_failure on waa-", "success on waa-")) for _, message in states), states
     # Each attempt is a run of its own, named by the VM it ran on and its state by its outcome.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import requests
 
 from flows.cli import main
 from flows.doctor import local_server_lines
@@ -197,6 +199,11 @@ def test_arena_runs_in_deleted_temporary_homes_leave_no_server(tmp_path: Path) -
         killed.kill()
         killed.wait(timeout=10)
         assert completes.wait(timeout=300) == 0, (homes[0].parent / "stderr.txt").read_text()[-3000:]
+        # The UI shows the run's task runs: they reach the server as events only, which its
+        # task-run recorder service writes (a server without its services shows none).
+        printed = (homes[0].parent / "stderr.txt").read_text()
+        flow_run_id = re.search(r"Flow run: \S+/runs/flow-run/([0-9a-f-]{36})", printed).group(1)
+        assert _task_run_count(str(records[0]["api_url"]), flow_run_id) >= 5  # pool, lane, task, attempt, stages
         for home in homes:
             shutil.rmtree(home)
         seconds = _all_gone([pid for record in records for pid in _pids(record)], idle / 2)
@@ -207,6 +214,18 @@ def test_arena_runs_in_deleted_temporary_homes_leave_no_server(tmp_path: Path) -
         for run in runs:
             run.kill()
         _kill_left(*records)
+
+
+def _task_run_count(api_url: str, flow_run_id: str, timeout: float = 30.0) -> int:
+    """The task runs the server has recorded for a flow run, once their count stops growing."""
+    deadline, last = time.monotonic() + timeout, -1
+    while True:
+        count = requests.post(f"{api_url}/task_runs/count", timeout=10,
+                              json={"flow_runs": {"id": {"any_": [flow_run_id]}}}).json()
+        if (count and count == last) or time.monotonic() > deadline:
+            return int(count)
+        last = count
+        time.sleep(1.0)
 
 
 def test_a_server_left_without_its_supervisor_is_listed_and_stopped(tmp_path: Path) -> None:
