@@ -142,8 +142,8 @@ def check_prefect(api_url: str | None, deployments: list[str]) -> list[Check]:
     return checks
 
 
-def check_waa_server(url: str) -> Check:
-    """A WAA server answers /probe."""
+def check_waa_server(url: str, arena: str = "arena") -> Check:
+    """A WAA server answers /probe (`arena`: the command as the user runs it, for the hint)."""
     from adapters.waa.client import WAAClient
 
     client = WAAClient(url)
@@ -154,7 +154,8 @@ def check_waa_server(url: str) -> Check:
     if answers:
         return Check(f"WAA server {url}", True, "answers /probe")
     return Check(f"WAA server {url}", False, "does not answer /probe",
-                 f"start its VM or server, open port 5000 to this host, or check it layer by layer: arena probe {url}")
+                 "start its VM or server, open port 5000 to this host, or check it layer by layer: "
+                 f"{arena} probe {url}")
 
 
 # Agents that call a model API, and which API.
@@ -203,11 +204,13 @@ def client_url(backend: str, base_url: str | None) -> str:
 
 
 def check_cloud(provider_name: str, cloud_config: Path | None, pool_size: int, warm_pool: str | None = None,
-                egress_url: str = DEFAULT_EGRESS_URL, provider: VMProvider | None = None) -> list[Check]:
+                egress_url: str = DEFAULT_EGRESS_URL, provider: VMProvider | None = None,
+                arena: str = "arena") -> list[Check]:
     """The cloud checks of `provider_name` (adapters/vms/cloud_checks.py): credentials, sizes and
     quota, image, the controller's egress address against controller_cidr, and, given a warm pool,
     that its running VMs accept connections on the ports this product uses. `provider` is a test
-    hook (a provider built with test endpoints); otherwise it is built from the cloud config."""
+    hook (a provider built with test endpoints); otherwise it is built from the cloud config.
+    `arena` is the command as the user runs it, for the hints."""
     from adapters.vms.registry import ProviderSettings, build_provider
     from adapters.vms.warm_pool import pool_resource_id
 
@@ -236,7 +239,7 @@ def check_cloud(provider_name: str, cloud_config: Path | None, pool_size: int, w
             else:
                 if not vms:
                     checks.append(Check(f"warm pool {warm_pool}", False, "has no VMs",
-                                        f"arena pool up --provider {provider_name} --name {warm_pool} --size N"))
+                                        f"{arena} pool up --provider {provider_name} --name {warm_pool} --size N"))
                 checks += check_ports(vms, ports)
         return checks
     finally:
@@ -248,14 +251,14 @@ _HOME_NOTES = {"in place": "", "deleted": " (deleted)", "another server's": " (n
                "no record": " (no record: starting or stopping)", "unknown": ""}
 
 
-def local_server_lines(servers: list[RunningServer], now: float | None = None) -> list[str]:
-    """A heading that says how to stop them, then one line per running local server: port,
-    age (at `now`, default the current time), home (and whether it is still there), pids, and
-    whether it will stop by itself."""
+def local_server_lines(servers: list[RunningServer], now: float | None = None, arena: str = "arena") -> list[str]:
+    """A heading that says how to stop them (with `arena`, the command as the user runs it), then
+    one line per running local server: port, age (at `now`, default the current time), home (and
+    whether it is still there), pids, and whether it will stop by itself."""
     now = time.time() if now is None else now
     if not servers:
         return [f"{LOCAL_SERVERS}: none running"]
-    lines = [f"{LOCAL_SERVERS} ({len(servers)}; stop them with: arena doctor --stop-local-servers [PORT ...]):"]
+    lines = [f"{LOCAL_SERVERS} ({len(servers)}; stop them with: {arena} doctor --stop-local-servers [PORT ...]):"]
     for server in servers:
         home = f"home {server.home}{_HOME_NOTES[server.home_state]}" if server.home else "home unknown"
         pids = "/".join(str(ref.pid) for ref in (server.supervisor, server.server) if ref)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from flows.cli.common import CLOUD_CONFIG_HELP, EXIT_FAILED
+from flows.cli.common import CLOUD_CONFIG_HELP, EXIT_FAILED, command_line
 
 
 def _pool(args: argparse.Namespace) -> int:
@@ -78,8 +78,8 @@ def _image_build(args: argparse.Namespace) -> int:
         image_id = image_build(spec=spec, cloud_config=args.config)
     except (BuildError, ProviderError) as exc:
         print(f"arena: image build {args.name} failed: {exc}", file=sys.stderr)
-        print(f"arena: rerun the same command to resume; `arena image status {args.name} --provider "
-              f"{args.provider}` shows the stages", file=sys.stderr)
+        status = command_line("image", "status", args.name, "--provider", args.provider)
+        print(f"arena: rerun the same command to resume; `{status}` shows the stages", file=sys.stderr)
         return EXIT_FAILED
     print(image_id)
     return 0

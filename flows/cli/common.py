@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import difflib
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import overload
+from typing import TYPE_CHECKING, Any, NoReturn, overload
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 # Exit status of `arena run` by run status: cron and CI see anything but a complete run as a failure.
 
@@ -218,3 +226,103 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
             return dict(action.choices)
     return {}
 
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """"; did you mean X?" for the candidate closest to a misspelt `word`, or "" when none is close."""
+    close = difflib.get_close_matches(word, [str(c) for c in candidates], n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+class ArenaParser(argparse.ArgumentParser):
+    """argparse, with errors a user can act on at once: one short usage line instead of every
+    option, and a "did you mean" for a misspelt option, command or choice."""
+
+    def short_usage(self) -> str:
+        """`usage: arena run [options]`-style: the command, and its positionals."""
+        parts = [self.prog]
+        if any(a.option_strings and a.dest != "help" for a in self._actions):
+            parts.append("[options]")
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+                parts.append("COMMAND ...")
+            elif not action.option_strings:
+                parts.append(action.metavar or action.dest)
+        help_command = " ".join([invoked_as(), *self.prog.split()[1:], "--help"])
+        return f"usage: {' '.join(parts)}   ({help_command} shows all)"
+
+    def error(self, message: str) -> NoReturn:
+        """One usage line and the error (argparse prints the whole usage, 27 lines for run)."""
+        self.exit(2, f"{self.short_usage()}\n{self.prog}: error: {message}\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # argparse's own check (same words), plus the closest choice.
+        if action.choices is not None and value not in action.choices:
+            choices = ", ".join(map(repr, action.choices))
+            hint = did_you_mean(str(value), action.choices)
+            if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001 - its dest is an internal name
+                raise argparse.ArgumentError(None, f"unknown command {value!r} (choose from {choices}){hint}")
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r} (choose from {choices}){hint}")
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        """As argparse's, but an unknown option is reported by the sub-command it was given to,
+        with the closest option that command has."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = self.command_parser(parsed)
+            options = [o for a in command._actions for o in a.option_strings]  # noqa: SLF001
+            unknown = next((e.split("=")[0] for e in extras if e.startswith("-")), "")
+            hint = did_you_mean(unknown, options) if unknown else ""
+            command.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return parsed
+
+    def command_parser(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The (sub-)command parser that parsed `parsed`'s command."""
+        parser: argparse.ArgumentParser = self
+        while True:
+            action = next((a for a in parser._actions  # noqa: SLF001
+                           if isinstance(a, argparse._SubParsersAction)), None)  # noqa: SLF001
+            name = getattr(parsed, action.dest, None) if action is not None else None
+            if action is None or name not in action.choices:
+                return parser
+            parser = action.choices[name]
+
+
+def option_errors(exc: ValidationError, options: Mapping[str, str]) -> str:
+    """A pydantic error in the words of the command line: each problem names the option
+    (`options` maps a model's field to it) instead of the field, and the value given."""
+    problems = []
+    for error in exc.errors():
+        loc = [str(part) for part in error["loc"]]
+        # A validator's own ValueError already names the value; pydantic's own checks do not.
+        own = error["msg"].startswith("Value error, ")
+        text = error["msg"].removeprefix("Value error, ")
+        option = next((options[part] for part in loc if part in options), None)
+        given = error.get("input")
+        if option is None:
+            problems.append(f"{'.'.join(loc)}: {text}" if loc else text)
+        elif own or not isinstance(given, (str, int, float)):
+            problems.append(f"{option}: {text}")
+        else:
+            problems.append(f"{option} {given}: {text}")
+    return "; ".join(problems)
+
+
+def invoked_as() -> str:
+    """The `arena` command as the user typed it, for hints to paste: `arena` when that is what
+    the shell finds on PATH, else the path it was started by (e.g. `.venv/bin/arena`).
+
+    Called from Python (tests, `python -m flows.cli`) the documented name, `arena`."""
+    started_by = sys.argv[0] if sys.argv else ""
+    if Path(started_by).name != "arena":
+        return "arena"
+    on_path = shutil.which("arena")
+    if on_path and os.path.realpath(on_path) == os.path.realpath(started_by):
+        return "arena"
+    return shlex.quote(started_by)
+
+
+def command_line(*words: object) -> str:
+    """A command to paste: `invoked_as()` followed by `words`, each quoted for a POSIX shell."""
+    return " ".join([invoked_as(), *(shlex.quote(str(w)) for w in words)])

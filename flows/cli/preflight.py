@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from flows.cli.common import (AGENT_CHOICES, CLOUD_CONFIG_HELP, DB_HELP, EXIT_FAILED, EXIT_OVER_BUDGET, default_db,
-                              store_location)
+                              invoked_as, store_location)
 from flows.cli.deployments import SERVED_DEPLOYMENTS
 
 
@@ -56,15 +56,16 @@ def _doctor(args: argparse.Namespace) -> int:
         "model": args.model, "base_url": args.base_url, "api_key_env": args.api_key_env,
     }.items() if v is not None})
     checks = [check_store(args.db), *check_prefect(PREFECT_API_URL.value(), SERVED_DEPLOYMENTS)]
-    checks += [check_waa_server(url) for url in args.waa_url or []]
+    arena = invoked_as()
+    checks += [check_waa_server(url, arena) for url in args.waa_url or []]
     checks += check_model(args.agent, options) if args.agent else []
     if args.provider:
-        checks += check_cloud(args.provider, args.config, args.pool_size, args.warm_pool, args.egress_url)
+        checks += check_cloud(args.provider, args.config, args.pool_size, args.warm_pool, args.egress_url, arena=arena)
     for check in checks:
         print(check.line(), flush=True)
     failed = [c for c in checks if not c.ok]
     print(f"{len(checks) - len(failed)} of {len(checks)} checks passed")
-    print("\n".join(local_server_lines(find_running_servers())))
+    print("\n".join(local_server_lines(find_running_servers(), arena=arena)))
     return EXIT_FAILED if failed else 0
 
 

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from flows.cli.common import DB_HELP, OUTCOME_CHOICES, date, default_db, resolve_run_id, store_location
+from flows.cli.common import DB_HELP, OUTCOME_CHOICES, command_line, date, default_db, resolve_run_id, store_location
 
 
 def _default_report_path(db: Path | str, run_id: str) -> Path:
@@ -136,7 +136,7 @@ def _demos_build(args: argparse.Namespace) -> int:
                                  held_out=held_out_dirs(args.held_out or []), allow_held_out=args.allow_held_out,
                                  include_infeasible=args.include_infeasible, overwrite=args.overwrite)
     print("\n".join(summary.lines()))
-    print(f"use it: arena run --agent demo --demo-library {summary.out_dir}")
+    print(f"use it: {command_line('run', '--agent', 'demo', '--demo-library', summary.out_dir)}")
     return 0
 
 

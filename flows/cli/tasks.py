@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from flows.cli.common import command_line
+
 
 def _tasks_list(args: argparse.Namespace) -> int:
     from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
@@ -73,9 +75,11 @@ def _tasks_new(args: argparse.Namespace) -> int:
     for finding in result.problems:
         print(finding.line())
     if result.problems:
-        print(f"{len(result.problems)} problem(s): fix the file, then check it again with arena tasks lint {args.suite}")
+        print(f"{len(result.problems)} problem(s): fix the file, then check it again with "
+              f"{command_line('tasks', 'lint', args.suite)}")
         return 1
-    print(f"checked: lint clean and it loads; run it with arena run --suite {args.suite} --task {args.id}")
+    run = command_line("run", "--suite", args.suite, "--task", args.id)
+    print(f"checked: lint clean and it loads; run it with {run}")
     return 0
 
 
