@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from adapters.agents import AgentOptions
+from adapters.agents.prompting import MODELS_EXTRA, AgentConfigError, model_sdk
 from adapters.checks import Check
 from adapters.store.duckdb_store import SCHEMA_VERSION, ResultStore, verify_store
 from adapters.store.errors import StoreDamaged, StoreError
@@ -176,14 +177,14 @@ def check_model(agent: str, options: AgentOptions) -> list[Check]:
         return [Check(name, False, f"the API key variable {key_env} is unset or empty",
                       f"export {key_env}=... (the key itself never goes on the command line)")]
     try:
+        sdk = model_sdk(backend)
+    except AgentConfigError as exc:
+        return [Check(name, False, str(exc).split(";")[0], f"pip install -e '.[{MODELS_EXTRA}]'")]
+    try:
         if backend == "openai":
-            import openai
-
-            client = openai.OpenAI(api_key=key or "EMPTY", base_url=options.base_url, max_retries=0, timeout=15)
+            client = sdk.OpenAI(api_key=key or "EMPTY", base_url=options.base_url, max_retries=0, timeout=15)
         else:
-            import anthropic
-
-            client = anthropic.Anthropic(api_key=key, base_url=options.base_url, max_retries=0, timeout=15)
+            client = sdk.Anthropic(api_key=key, base_url=options.base_url, max_retries=0, timeout=15)
         models = [m.id for m in client.models.list()]
     except Exception as exc:  # noqa: BLE001 - whatever failed is the answer; the key is never printed
         detail = f"{client_url(backend, options.base_url)} did not list models: {type(exc).__name__}"

@@ -90,6 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.command_parser = parser.command_parser(args)  # for hints that repeat the command's options
     try:
         return int(args.func(args))
+    except BrokenPipeError:
+        # The reader went away (`arena report latest | head`): stop quietly, as other tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
     except Exception as exc:
         problem = _bad_input(exc, args.command_parser)
         if problem is None:
