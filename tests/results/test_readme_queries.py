@@ -1,4 +1,4 @@
-"""The README's "## Querying results" queries run as written (with DuckDB and with `arena sql`) and
+"""The "## Querying results" queries (docs/results.md, linked from the README) run as written (with DuckDB and with `arena sql`) and
 give sensible answers.
 
 Each query is a ```sql block preceded by a `<!-- query: NAME -->` line. They run against a
@@ -20,7 +20,7 @@ import pytest
 from adapters.results.compare import compare_stored_runs
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "results.md"  # moved there from the README
 SECTION = "## Querying results"
 BASELINE, NEW = "nightly-scripted", "nightly-random"
 REQUIRED = ("success-by-domain", "flips")
