@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from adapters.agents import AgentOptions
+from adapters.agents.prompting import MODELS_EXTRA, AgentConfigError, model_sdk
 from adapters.checks import Check
 from adapters.store.duckdb_store import SCHEMA_VERSION, ResultStore, verify_store
 from adapters.store.errors import StoreDamaged, StoreError
@@ -142,8 +143,8 @@ def check_prefect(api_url: str | None, deployments: list[str]) -> list[Check]:
     return checks
 
 
-def check_waa_server(url: str) -> Check:
-    """A WAA server answers /probe."""
+def check_waa_server(url: str, arena: str = "arena") -> Check:
+    """A WAA server answers /probe (`arena`: the command as the user runs it, for the hint)."""
     from adapters.waa.client import WAAClient
 
     client = WAAClient(url)
@@ -154,7 +155,8 @@ def check_waa_server(url: str) -> Check:
     if answers:
         return Check(f"WAA server {url}", True, "answers /probe")
     return Check(f"WAA server {url}", False, "does not answer /probe",
-                 f"start its VM or server, open port 5000 to this host, or check it layer by layer: arena probe {url}")
+                 "start its VM or server, open port 5000 to this host, or check it layer by layer: "
+                 f"{arena} probe {url}")
 
 
 # Agents that call a model API, and which API.
@@ -175,14 +177,14 @@ def check_model(agent: str, options: AgentOptions) -> list[Check]:
         return [Check(name, False, f"the API key variable {key_env} is unset or empty",
                       f"export {key_env}=... (the key itself never goes on the command line)")]
     try:
+        sdk = model_sdk(backend)
+    except AgentConfigError as exc:
+        return [Check(name, False, str(exc).split(";")[0], f"pip install -e '.[{MODELS_EXTRA}]'")]
+    try:
         if backend == "openai":
-            import openai
-
-            client = openai.OpenAI(api_key=key or "EMPTY", base_url=options.base_url, max_retries=0, timeout=15)
+            client = sdk.OpenAI(api_key=key or "EMPTY", base_url=options.base_url, max_retries=0, timeout=15)
         else:
-            import anthropic
-
-            client = anthropic.Anthropic(api_key=key, base_url=options.base_url, max_retries=0, timeout=15)
+            client = sdk.Anthropic(api_key=key, base_url=options.base_url, max_retries=0, timeout=15)
         models = [m.id for m in client.models.list()]
     except Exception as exc:  # noqa: BLE001 - whatever failed is the answer; the key is never printed
         detail = f"{client_url(backend, options.base_url)} did not list models: {type(exc).__name__}"
@@ -203,11 +205,13 @@ def client_url(backend: str, base_url: str | None) -> str:
 
 
 def check_cloud(provider_name: str, cloud_config: Path | None, pool_size: int, warm_pool: str | None = None,
-                egress_url: str = DEFAULT_EGRESS_URL, provider: VMProvider | None = None) -> list[Check]:
+                egress_url: str = DEFAULT_EGRESS_URL, provider: VMProvider | None = None,
+                arena: str = "arena") -> list[Check]:
     """The cloud checks of `provider_name` (adapters/vms/cloud_checks.py): credentials, sizes and
     quota, image, the controller's egress address against controller_cidr, and, given a warm pool,
     that its running VMs accept connections on the ports this product uses. `provider` is a test
-    hook (a provider built with test endpoints); otherwise it is built from the cloud config."""
+    hook (a provider built with test endpoints); otherwise it is built from the cloud config.
+    `arena` is the command as the user runs it, for the hints."""
     from adapters.vms.registry import ProviderSettings, build_provider
     from adapters.vms.warm_pool import pool_resource_id
 
@@ -236,7 +240,7 @@ def check_cloud(provider_name: str, cloud_config: Path | None, pool_size: int, w
             else:
                 if not vms:
                     checks.append(Check(f"warm pool {warm_pool}", False, "has no VMs",
-                                        f"arena pool up --provider {provider_name} --name {warm_pool} --size N"))
+                                        f"{arena} pool up --provider {provider_name} --name {warm_pool} --size N"))
                 checks += check_ports(vms, ports)
         return checks
     finally:
@@ -248,14 +252,14 @@ _HOME_NOTES = {"in place": "", "deleted": " (deleted)", "another server's": " (n
                "no record": " (no record: starting or stopping)", "unknown": ""}
 
 
-def local_server_lines(servers: list[RunningServer], now: float | None = None) -> list[str]:
-    """A heading that says how to stop them, then one line per running local server: port,
-    age (at `now`, default the current time), home (and whether it is still there), pids, and
-    whether it will stop by itself."""
+def local_server_lines(servers: list[RunningServer], now: float | None = None, arena: str = "arena") -> list[str]:
+    """A heading that says how to stop them (with `arena`, the command as the user runs it), then
+    one line per running local server: port, age (at `now`, default the current time), home (and
+    whether it is still there), pids, and whether it will stop by itself."""
     now = time.time() if now is None else now
     if not servers:
         return [f"{LOCAL_SERVERS}: none running"]
-    lines = [f"{LOCAL_SERVERS} ({len(servers)}; stop them with: arena doctor --stop-local-servers [PORT ...]):"]
+    lines = [f"{LOCAL_SERVERS} ({len(servers)}; stop them with: {arena} doctor --stop-local-servers [PORT ...]):"]
     for server in servers:
         home = f"home {server.home}{_HOME_NOTES[server.home_state]}" if server.home else "home unknown"
         pids = "/".join(str(ref.pid) for ref in (server.supervisor, server.server) if ref)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import urllib.parse
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -24,7 +23,7 @@ from adapters.results.source import stored_selection
 from adapters.secrets import refuse_url_secret
 from adapters.store.duckdb_store import ResultStore, selection_change
 from adapters.store.errors import StoreError
-from adapters.store.postgres import is_server_location
+from adapters.store_location import check_store_url, default_store_url
 from adapters.vms.base import ResetLevel
 from adapters.vms.existing import DEFAULT_SERVER_WAIT_SECONDS
 from adapters.vms.registry import PROVIDERS, ProviderSettings, build_provider
@@ -38,31 +37,6 @@ from flows.summary import RunCompleteness
 
 # Run ids name folders (artifacts, progress files): a safe character set, no path parts.
 SAFE_RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
-
-STORE_URL_ENV = "ARENA_STORE_URL"
-"""The team store every command uses by default when set (a PostgreSQL URL; README "Team store")."""
-
-
-def default_store_url() -> str | None:
-    """$ARENA_STORE_URL, or None (the DuckDB file `db_path`)."""
-    return os.environ.get(STORE_URL_ENV) or None
-
-
-def check_store_url(value: str) -> str:
-    """`value` if it is a PostgreSQL URL without a password; ValueError naming what is wrong.
-
-    A run's configuration is a flow parameter (visible in the Prefect UI) and is stored with the
-    run, so the password comes from libpq's own chain instead: PGPASSWORD or ~/.pgpass.
-    """
-    if not is_server_location(value):
-        raise ValueError(f"store URL {value!r}: expected postgresql://USER@HOST[:PORT]/DATABASE")
-    refuse_url_secret(value, "the store URL", "leave it out (postgresql://USER@HOST/DATABASE) and set PGPASSWORD "
-                      "or ~/.pgpass")
-    parts = urllib.parse.urlsplit(value)
-    if not parts.hostname or not parts.path.strip("/"):
-        raise ValueError(f"store URL {value!r}: expected postgresql://USER@HOST[:PORT]/DATABASE")
-    return value
-
 
 class SuiteRunConfig(BaseModel):
     """Everything that defines one evaluation run; stored with the run for provenance."""

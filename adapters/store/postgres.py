@@ -27,8 +27,7 @@ import duckdb
 
 from adapters.secrets import redact_url
 from adapters.store.errors import StoreError, StoreUnavailable
-
-SCHEMES = ("postgresql://", "postgres://")
+from adapters.store_location import is_server_location  # noqa: F401 - part of this module's interface
 
 # Held while a store creates or upgrades the schema, so two controllers starting at once do not
 # race on CREATE TABLE (PostgreSQL raises a unique violation on its catalog when they do).
@@ -44,11 +43,6 @@ VIEW_DDL = """
         WHERE later.run_id = t.run_id AND later.task_id = t.task_id AND later.attempt > t.attempt
     )
 """
-
-
-def is_server_location(location: object) -> bool:
-    """True when `location` names a PostgreSQL database (a postgresql:// URL) rather than a file."""
-    return isinstance(location, str) and location.startswith(SCHEMES)
 
 
 def redact(url: str) -> str:

@@ -377,12 +377,12 @@ def _coverage_findings(rel: str, raw: dict[str, Any], task_id: str) -> list[Find
         if isinstance(name, str) and name not in METRICS:
             where = f"evaluator.func[{i}]" if isinstance(func, list) else "evaluator.func"
             found.append(Finding(rel, where, "unknown-metric", f"metric {name!r} does not exist",
-                                 "use a metric WAA defines (arena tasks new --list-metrics shows them)", task_id))
+                                 "use a metric WAA defines (arena tasks new --list shows them)", task_id))
     for where, spec in _evaluator_specs(evaluator):
         kind = spec.get("type")
         if isinstance(kind, str) and kind not in GETTERS:
             found.append(Finding(rel, f"{where}.type", "unknown-getter", f"getter {kind!r} does not exist",
-                                 "use a getter WAA defines (arena tasks new --list-getters shows them)", task_id))
+                                 "use a getter WAA defines (arena tasks new --list shows them)", task_id))
     return found
 
 
