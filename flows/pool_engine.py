@@ -305,6 +305,7 @@ def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[BenchmarkTask], resour
             cache_dir=Path(cache_dir),
             artifacts_dir=config.artifacts_dir / r.run_id,
             adapter_settings=LiveAdapterSettings(settle=config.settle_policy(provider.settle), flavor=flavor,
+                                                 setup_waits=not provider.acts_synchronously,
                                                  initial_state_check=flavor == "waa-v2", scoring=config.scoring),
             stage_timeouts=config.stage_timeouts,
         )

@@ -33,6 +33,7 @@ import io
 import json
 import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -455,19 +456,40 @@ def _describe(action: BenchmarkAction | None, row: Mapping[str, Any]) -> str:
     return text
 
 
-def _step_html(store: ResultStore, row: Mapping[str, Any]) -> str:
+# A screenshot embedded for the page, or why it could not be.
+Embedded = EmbeddedImage | OSError | ValueError
+
+
+def _embed_or_error(path: Path) -> Embedded:
+    try:
+        return embed_screenshot(path)
+    except (OSError, ValueError) as exc:
+        return exc
+
+
+def embed_screenshots(paths: Sequence[Path]) -> dict[Path, Embedded]:
+    """Each distinct screenshot embedded once, several at a time: decoding, scaling and encoding
+    run in Pillow's C code, which releases the GIL, so a report's screenshots use every core."""
+    distinct = list(dict.fromkeys(paths))
+    if len(distinct) <= 1:
+        return {path: _embed_or_error(path) for path in distinct}
+    with ThreadPoolExecutor(max_workers=min(len(distinct), os.cpu_count() or 1, 8),
+                            thread_name_prefix="report-images") as pool:
+        return dict(zip(distinct, pool.map(_embed_or_error, distinct)))
+
+
+def _step_html(store: ResultStore, row: Mapping[str, Any], images: Mapping[Path, Embedded]) -> str:
     action = stored_action(row)
     stored_path = row.get("screenshot_path")
     if not stored_path:
         figure = '<div class="missing">no screenshot recorded</div>'
     else:
         path = resolve_screenshot(store, stored_path)
-        try:
-            image = embed_screenshot(path)
-        except FileNotFoundError:
+        image = images[path] if path in images else _embed_or_error(path)
+        if isinstance(image, FileNotFoundError):
             figure = f'<div class="missing">screenshot missing: {esc(path)}</div>'
-        except (OSError, ValueError) as exc:
-            figure = f'<div class="missing">screenshot unreadable: {esc(path)} ({esc(exc)})</div>'
+        elif isinstance(image, (OSError, ValueError)):
+            figure = f'<div class="missing">screenshot unreadable: {esc(path)} ({esc(image)})</div>'
         else:
             figure = (
                 f'<div class="shot"><img src="{image.data_uri}" width="{image.shown_width}" '
@@ -572,6 +594,7 @@ def _task_html(
     attempts: Sequence[Mapping[str, Any]],
     steps: Sequence[Mapping[str, Any]],
     reference: ReferenceTrajectory | None,
+    images: Mapping[Path, Embedded],
 ) -> str:
     final = next((a for a in attempts if a["attempt"] == task.attempt), {})
     state = "solved" if task.success else "unsolved"
@@ -581,7 +604,7 @@ def _task_html(
         f" · {esc(number(task.num_steps))} steps · {esc(seconds(task.total_time_seconds))}"
         f"{f' · {task.attempts} attempts' if task.attempts > 1 else ''}</span></summary>"
     )
-    step_list = "".join(_step_html(store, row) for row in steps) or "<li class=muted>no steps recorded</li>"
+    step_list = "".join(_step_html(store, row, images) for row in steps) or "<li class=muted>no steps recorded</li>"
     return (
         f'<details class="task {state} outcome-{esc(task.outcome)}" id="{anchor}">{summary}<div class="task-body">'
         f"{_facts(task, final)}{_attempts_table(attempts) if len(attempts) > 1 else ''}"
@@ -599,10 +622,13 @@ def _tasks_section(store: ResultStore, metrics: RunMetrics, references: Referenc
         attempts.setdefault(row["task_id"], []).append(row)
     unsolved = sum(not t.success for t in tasks)
     steps = store.run_steps(metrics.run_id)
+    shown = [steps.get((t.task_id, t.attempt), []) for t in tasks]
+    images = embed_screenshots([resolve_screenshot(store, row["screenshot_path"])
+                                for rows in shown for row in rows if row.get("screenshot_path")])
     blocks = "".join(
-        _task_html(store, t, anchors[t.task_id], attempts.get(t.task_id, []),
-                   steps.get((t.task_id, t.attempt), []), references.get(t.task_id) if references else None)
-        for t in tasks
+        _task_html(store, t, anchors[t.task_id], attempts.get(t.task_id, []), rows,
+                   references.get(t.task_id) if references else None, images)
+        for t, rows in zip(tasks, shown)
     )
     return (
         f'<section id="tasks"><h2>Tasks</h2>{_task_index(tasks, anchors)}'
@@ -631,18 +657,22 @@ def render_html_report(metrics: RunMetrics, store: ResultStore, references: Refe
 
 
 def write_html_report(
-    store: ResultStore, run_id: str, out_path: Path, references: References | None = None
+    store: ResultStore, run_id: str, out_path: Path, references: References | None = None,
+    metrics: RunMetrics | None = None,
 ) -> Path:
     """Write the run's self-contained HTML report to `out_path` and return its absolute path.
 
     StoreError naming the run when it is unknown; ReportError naming `out_path` when it is a
     directory or cannot be written. The file is replaced atomically, so a reader never sees half
-    a report. Missing screenshot files are reported in the page, never an error.
+    a report. Missing screenshot files are reported in the page, never an error. `metrics`, when
+    the caller has computed them already (compute_run_metrics with the same references), are used
+    as they are.
     """
     out_path = Path(out_path).expanduser().resolve()
     if out_path.is_dir():
         raise ReportError(f"{out_path}: is a directory; give the report's file name, e.g. {out_path / 'report.html'}")
-    metrics = compute_run_metrics(store, run_id, references)
+    if metrics is None:
+        metrics = compute_run_metrics(store, run_id, references)
     page = render_html_report(metrics, store, references)
     partial = out_path.with_name(f".{out_path.name}.partial")
     try:

@@ -151,6 +151,10 @@ class VMProvider(abc.ABC):
     # How to wait after an action before observing: a real Windows desktop needs time to draw
     # (adapters/waa/settle.py); a simulation that acts synchronously needs none.
     settle: SettlePolicy = SettlePolicy()
+    # Whether the VMs finish each setup action before answering (a simulation without its slow
+    # start-up quirks): then a task's fixed `sleep` setup steps wait for nothing and are skipped.
+    # Real VMs keep WAA's waits.
+    acts_synchronously: bool = False
     # Whether the provider creates tagged cloud resources a crashed run may leave behind.
     owns_cloud_resources: bool = False
 

@@ -44,6 +44,8 @@ class LocalSimulationProvider(VMProvider):
         # server-side fail-safe and slow app start-up (see adapters/waa/localenv/quirks.py).
         self.quirks = quirks
         self.quirk_settings = quirk_settings
+        # Quirks model a desktop that takes its time (slow app start-up): the task's waits matter there.
+        self.acts_synchronously = not quirks
         self.ready_timeout = ready_timeout
         self._processes: dict[str, LocalEnvHandle] = {}
         self._lock = threading.Lock()

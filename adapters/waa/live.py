@@ -88,6 +88,9 @@ class LiveAdapterSettings:
     element_clicks: Literal["computer", "pyautogui"] = "computer"
     # How long a launched program may take to show a window before setup counts as failed.
     launch_verify_seconds: float = 30.0
+    # Honour the task's fixed `sleep` setup steps; False where the VM acts synchronously
+    # (VMProvider.acts_synchronously), where they wait for nothing.
+    setup_waits: bool = True
     # How to wait after an action before observing (adapters/waa/settle.py): adaptive by default;
     # SettlePolicy.fixed(3) is WAA's own runner, fixed(0) suits environments that act at once.
     settle: SettlePolicy = field(default_factory=SettlePolicy)
@@ -131,6 +134,7 @@ class WAALiveAdapter(BenchmarkAdapter):
             client,
             cache_dir,
             launch_verify_seconds=self.settings.launch_verify_seconds,
+            fixed_waits=self.settings.setup_waits,
             devtools_url=devtools_url,
             download_dir=download_dir,
         )

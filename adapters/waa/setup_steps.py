@@ -108,6 +108,7 @@ class SetupRunner:
         sleep: Callable[[float], None] = time.sleep,
         download_timeout: float = 120.0,
         launch_verify_seconds: float = 30.0,
+        fixed_waits: bool = True,
         devtools_url: str | None = None,
         download_dir: Path | None = None,
         fetch_policy: FetchPolicy | None = None,
@@ -124,6 +125,8 @@ class SetupRunner:
         self.download_timeout = download_timeout
         # WAA's /setup/launch answers 200 even when nothing starts: wait this long for a window.
         self.launch_verify_seconds = launch_verify_seconds
+        # The task's `sleep` steps (skipped on a VM that acts at once: they wait for nothing).
+        self.fixed_waits = fixed_waits
         self.devtools_url = devtools_url
         self.notes: list[str] = []
 
@@ -235,7 +238,11 @@ class SetupRunner:
 
     @step("sleep")
     def _sleep_step(self, seconds: float) -> None:
-        self._sleep(float(seconds))
+        seconds = float(seconds)
+        if seconds < 0:
+            raise ValueError(f"seconds must not be negative: {seconds:g}")
+        if self.fixed_waits:
+            self._sleep(seconds)
 
     @step("activate_window")
     def _activate_window(self, window_name: str, strict: bool = False, by_class: bool = False) -> None:

@@ -24,19 +24,20 @@ def write_run_report(
     """The terminal report of a run, and its HTML report written to `html` (default: beside the DB).
 
     `show` gets the terminal report as soon as it is ready, before the slower HTML is written."""
-    from adapters.results.metrics import references_for_run
+    from adapters.results.metrics import compute_run_metrics, references_for_run
     from adapters.results.report_html import write_html_report
-    from adapters.results.report_text import render_text_report
+    from adapters.results.report_text import format_text_report
     from adapters.store.duckdb_store import ResultStore, StoreError
 
     if isinstance(db, Path) and not db.is_file():
         raise StoreError(f"{db.resolve()}: results database not found")
     with ResultStore(db, read_only=True) as store:
         references = references_for_run(store, run_id, demo_library)
-        text = render_text_report(store, run_id, references)
+        metrics = compute_run_metrics(store, run_id, references)  # once, for both reports
+        text = format_text_report(metrics)
         if show is not None:
             show(text)
-        path = write_html_report(store, run_id, html or _default_report_path(db, run_id), references)
+        path = write_html_report(store, run_id, html or _default_report_path(db, run_id), references, metrics)
     return text, path
 
 

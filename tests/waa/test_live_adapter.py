@@ -92,6 +92,25 @@ def test_execute_until_retries_and_gives_up(client: WAAClient, tmp_path: Path) -
     assert len(sleeps) >= 50
 
 
+def test_fixed_waits_are_skipped_only_where_the_vm_acts_at_once(client: WAAClient, tmp_path: Path) -> None:
+    """A task's `sleep` steps wait on a real VM; on one that acts synchronously (the simulation
+    without its slow start-up quirks) they wait for nothing and are skipped."""
+    from adapters.vms.local import LocalSimulationProvider
+
+    steps = [{"type": "sleep", "parameters": {"seconds": 0.3}}, {"type": "sleep", "parameters": {"seconds": 2}}]
+    real: list[float] = []
+    SetupRunner(client, tmp_path, sleep=real.append).run(steps)
+    assert real == [0.3, 2.0]
+    synchronous: list[float] = []
+    SetupRunner(client, tmp_path, sleep=synchronous.append, fixed_waits=False).run(steps)
+    assert synchronous == []
+    with pytest.raises(SetupStepError, match="negative"):
+        SetupRunner(client, tmp_path, fixed_waits=False).run([{"type": "sleep", "parameters": {"seconds": -1}}])
+    # Which providers vouch for it: the plain simulation does, the one with slow app start-up does not.
+    assert LocalSimulationProvider(tmp_path / "a").acts_synchronously
+    assert not LocalSimulationProvider(tmp_path / "b", quirks=True).acts_synchronously
+
+
 class _FlakyHandler(http.server.BaseHTTPRequestHandler):
     hits: dict[str, int] = {}
 
