@@ -20,6 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.conditions import conditions  # noqa: E402 - after the path is set
 
 ARENA = Path(sys.executable).with_name("arena")
 # Prints how many modules the command loaded, then exits as the command would.
@@ -46,6 +47,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="processes per figure (the median is printed)")
     args = parser.parse_args()
+    print(conditions(), flush=True)
 
     from flows.cli import build_parser
     from flows.cli.common import subcommands

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.conditions import conditions  # noqa: E402 - after the path is set
 
 from flows.local_server import stop_server  # noqa: E402
 
@@ -41,6 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--warm-runs", type=int, default=2)
     args = parser.parse_args()
+    print(conditions(), flush=True)
     root = Path(tempfile.mkdtemp(prefix="arena-bench-run-"))
     home = root / "prefect-home"
     try:

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.conditions import conditions  # noqa: E402 - after the path is set
 
 STEPS_PER_EPISODE = 10
 FORMATS = (("sft", "files"), ("sft", "embed"), ("trajectories", "files"))
@@ -86,6 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
     args = parser.parse_args()
+    print(conditions(), flush=True)
     with tempfile.TemporaryDirectory(prefix="export-bench-") as tmp:
         rows = []
         for size in args.sizes:

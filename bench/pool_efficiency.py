@@ -99,6 +99,7 @@ from functools import cached_property
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.conditions import conditions  # noqa: E402 - after the path is set
 
 from adapters.benchmark import BenchmarkResult, BenchmarkTask, OutcomeKind  # noqa: E402
 from adapters.vms.base import ResetLevel, VMHandle, VMProvider  # noqa: E402
@@ -276,9 +277,10 @@ class TimingProvider(VMProvider):
 
     name = "timing"
 
-    def __init__(self, clock: Clock, boot_minutes: float) -> None:
+    def __init__(self, clock: Clock, boot_minutes: float, fresh_vms: bool = True) -> None:
         self.clock = clock
         self.boot_minutes = boot_minutes
+        self.fresh_vms = fresh_vms
         self._lock = threading.Lock()
         self._pool_up_at: float | None = None
 
@@ -296,7 +298,8 @@ class TimingProvider(VMProvider):
         return self._handle(new_vm_id)
 
     def _handle(self, vm_id: str) -> VMHandle:
-        return VMHandle(vm_id=vm_id, base_url=f"timing://{vm_id}", provider=self.name)
+        # Comes up in the clean state, as the kvm and local providers' VMs do (VMHandle.fresh).
+        return VMHandle(vm_id=vm_id, base_url=f"timing://{vm_id}", provider=self.name, fresh=self.fresh_vms)
 
     def reset(self, vm: VMHandle, level: ResetLevel) -> None:
         """The reset's time is part of the attempt (`timed_attempt`)."""
@@ -311,7 +314,9 @@ def timed_attempt(workload: Workload, clock: Clock) -> Callable[[BenchmarkTask, 
 
     def attempt(task: BenchmarkTask, vm: VMHandle, number: int) -> BenchmarkResult:
         plan = workload.plan_of(task.task_id).attempts[number - 1]
-        clock.sleep(plan.minutes)
+        # As flows/attempt.py: a VM fresh from the clean state skips the reset (a planned failure
+        # still happens, after the run part only).
+        clock.sleep(plan.run_minutes if vm.take_fresh() else plan.minutes)
         if plan.fails:
             vm.healthy = False
             return BenchmarkResult(
@@ -357,10 +362,11 @@ class _Recorder:
 
 
 def run_product(name: str, workload: Workload, order: list[BenchmarkTask], vms: int, clock: Clock,
-                boot_minutes: float) -> Measured:
+                boot_minutes: float, fresh_vms: bool = True) -> Measured:
     """The product's scheduler: VMPool + one thread per lane running `lane_loop`, exactly as
-    flows/pool_engine.py `evaluate_on_pool` arranges them, minus Prefect."""
-    pool = VMPool(TimingProvider(clock, boot_minutes), size=min(vms, len(order)), run_id=f"bench-{vms}")
+    flows/pool_engine.py `evaluate_on_pool` arranges them, minus Prefect. `fresh_vms`: the
+    provider vouches that new VMs are clean, so their first task skips its reset."""
+    pool = VMPool(TimingProvider(clock, boot_minutes, fresh_vms), size=min(vms, len(order)), run_id=f"bench-{vms}")
     recorder = _Recorder()
     schedule = Schedule(work=WorkQueue(order), pool=pool, max_attempts=MAX_ATTEMPTS)
     hooks = AttemptHooks(attempt=timed_attempt(workload, clock), record=recorder.record, logger=LOG)
@@ -546,6 +552,8 @@ def measure_pool(workload: Workload, vms: int, clock: Clock, args: argparse.Name
         run_product("product, with history", workload, longest_first(suite_order, expected), vms, clock,
                     args.boot_minutes),
         run_product("product, no history", workload, longest_first(suite_order, {}), vms, clock, args.boot_minutes),
+        run_product("product, history, reset always", workload, longest_first(suite_order, expected), vms, clock,
+                    args.boot_minutes, fresh_vms=False),
         run_fifo(workload, vms, clock, args.boot_minutes),
         waa_static_slices(workload, vms),
         *reference_rows(workload, vms),
@@ -565,17 +573,22 @@ def print_pool(workload: Workload, vms: int, rows: list[Measured]) -> None:
               f"{r.vm_hours:>8.1f} {retired:>7} {r.replaced:>8} {r.finished:>5}/{len(workload.tasks)}")
 
 
-# Efficiencies (ideal / wall) by pool size, then scheduler, one per seed in the order run.
+# Efficiencies (ideal / wall) by pool size, then scheduler, one per seed in the order run; and
+# the VM-hours each scheduler billed, likewise.
 Efficiencies = dict[int, dict[str, list[float]]]
 
 
-def print_seeds(seeds: list[int], efficiencies: Efficiencies) -> None:
-    """Per-seed and mean efficiency of every scheduler at every pool size."""
+def print_seeds(seeds: list[int], efficiencies: Efficiencies, vm_hours: Efficiencies) -> None:
+    """Per-seed and mean efficiency of every scheduler at every pool size, with its mean VM-hours."""
     print("\nefficiency (ideal / wall) by seed")
     for vms, by_name in efficiencies.items():
-        print(f"\n{vms} VMs  {'scheduler':<32}" + "".join(f"{f'seed {s}':>8}" for s in seeds) + f"{'mean':>8}")
+        print(f"\n{vms} VMs  {'scheduler':<32}" + "".join(f"{f'seed {s}':>8}" for s in seeds)
+              + f"{'mean':>8}{'VM-hours':>10}")
         for name, values in by_name.items():
-            print(f"         {name:<32}" + "".join(f"{v:>8.1%}" for v in values) + f"{sum(values) / len(values):>8.1%}")
+            hours = vm_hours[vms][name]
+            billed = f"{sum(hours) / len(hours):>10.1f}" if all(h > 0 for h in hours) else f"{'-':>10}"
+            print(f"         {name:<32}" + "".join(f"{v:>8.1%}" for v in values)
+                  + f"{sum(values) / len(values):>8.1%}{billed}")
 
 
 def print_target(seeds: list[int], efficiencies: Efficiencies) -> None:
@@ -605,6 +618,7 @@ def main() -> None:
     parser.add_argument("--boot-minutes", type=float, default=5.0, help="real minutes a VM takes to boot (default 5)")
     parser.add_argument("--waa-dir", type=Path, default=WAA_TASKS_DIR, help=f"WAA task suite (default {WAA_TASKS_DIR})")
     args = parser.parse_args()
+    print(conditions(), flush=True)
     try:
         pools = [int(p) for p in args.pools.split(",") if p.strip()]
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()] or [args.seed]
@@ -620,26 +634,28 @@ def main() -> None:
     several = len(seeds) > 1
     started = time.monotonic()
     efficiencies: Efficiencies = {}
+    vm_hours: Efficiencies = {}
     for seed in seeds:
         workload = build_workload(args.waa_dir, seed, args.failure_rate)
         if seed == seeds[0]:
             print(f"workload: {workload.source}: LibreOffice 8-20 min, VS Code/Chrome/Edge/VLC 3-8, others 2.5-6, "
-                  f"plus a 1-2 min reset per attempt")
+                  f"plus a 1-2 min reset per attempt (the product skips it on a VM fresh from the clean state; "
+                  f"'reset always' does not)")
             print(f"failures: rate {args.failure_rate:g} per attempt, at a random point of it, retried; a replacement "
                   f"VM boots in {args.boot_minutes:g} min")
             print(f"history: a previous run's durations = true times +-{args.history_noise:.0%}; wall time from the "
-                  f"first VM ready (all boot together); 1 min = {args.scale_ms_per_minute:g} ms; "
-                  f"{os.cpu_count()} CPU cores")
+                  f"first VM ready (all boot together); 1 min = {args.scale_ms_per_minute:g} ms")
         print(f"seed {seed}: {workload.failed_attempts} attempt(s) end in an infrastructure error", flush=True)
         for vms in pools:
             rows = measure_pool(workload, vms, clock, args, seed)
             if not several:  # with several seeds only the summary is printed
                 print_pool(workload, vms, rows)
-            by_name = efficiencies.setdefault(vms, {})
+            by_name, hours = efficiencies.setdefault(vms, {}), vm_hours.setdefault(vms, {})
             for r in rows:
                 by_name.setdefault(r.name, []).append(workload.ideal_minutes(vms) / r.wall_minutes)
+                hours.setdefault(r.name, []).append(r.vm_hours)
     if several:
-        print_seeds(seeds, efficiencies)
+        print_seeds(seeds, efficiencies, vm_hours)
     print_target(seeds, efficiencies)
     print(f"(bench took {time.monotonic() - started:.0f} s)")
 

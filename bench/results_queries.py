@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.conditions import conditions  # noqa: E402 - after the path is set
 
 TARGET_MS = 200.0
 REPEATS = 5
@@ -254,6 +255,7 @@ def main() -> None:
              "throwaway server with this machine's PostgreSQL (tests/pg_server.py)",
     )
     args = parser.parse_args()
+    print(conditions(), flush=True)
 
     import contextlib
 

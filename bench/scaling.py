@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.conditions import conditions  # noqa: E402 - after the path is set
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
@@ -194,6 +195,7 @@ def main() -> None:
         "--fresh-db", action="store_true", help="a new DuckDB file per run (no duration history to order tasks by)"
     )
     args = parser.parse_args()
+    print(conditions(), flush=True)
     pools = [int(p) for p in args.pools.split(",") if p.strip()]
     if not pools or min(pools) < 1 or args.tasks < 1 or args.step_latency < 0:
         parser.error("pool sizes and --tasks must be positive, --step-latency non-negative")

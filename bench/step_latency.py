@@ -51,6 +51,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.conditions import conditions  # noqa: E402 - after the path is set
 
 import requests  # noqa: E402
 from PIL import Image, ImageDraw  # noqa: E402
@@ -285,6 +286,7 @@ def main() -> None:
     parser.add_argument("--repaint-delays", type=lambda v: tuple(float(x) for x in v.split(",")),
                         default=REPAINT_DELAYS, help="comma-separated repaint delays in seconds (default 0,0.8,2,3)")
     args = parser.parse_args()
+    print(conditions(), flush=True)
     if args.part in ("all", "transitions"):
         transitions_part(args)
     if args.part in ("all", "repaint"):

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.conditions import conditions  # noqa: E402 - after the path is set
 
 import psutil  # noqa: E402
 
@@ -199,6 +200,7 @@ def main() -> int:
     parser.add_argument("--rebuild", action="store_true", help="also build the golden image from scratch (root)")
     parser.add_argument("--keep-ready", action="store_true", help="use the cached ready state instead of a fresh one")
     args = parser.parse_args()
+    print(conditions(), flush=True)
     print(f"kvm provider on {os.uname().nodename}: {psutil.cpu_count()} CPUs, "
           f"{mib(psutil.virtual_memory().available)} available, load {os.getloadavg()[0]:.1f}")
     scratch = Path(tempfile.mkdtemp(prefix="vmb-", dir="/tmp"))

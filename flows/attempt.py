@@ -200,7 +200,10 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
             timings[stage] = time.monotonic() - t0
 
     try:
-        timed("reset", reset_vm, ctx.provider, vm, ctx.reset_level, task)
+        if vm.take_fresh():
+            timings["reset"] = 0.0  # the VM just came up in the clean state a reset restores
+        else:
+            timed("reset", reset_vm, ctx.provider, vm, ctx.reset_level, task)
     except (ProviderError, WAAError) as exc:
         return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=f"reset ({ctx.reset_level.value}) failed: {exc}")
     except StageTimeout as exc:  # only the environment works in this stage

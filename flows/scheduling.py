@@ -177,7 +177,7 @@ def attempt_loop(task: BenchmarkTask, schedule: Schedule, hooks: AttemptHooks) -
         if budget is not None and budget.exhausted():
             break
         try:
-            lease = pool.lease()
+            lease = pool.lease(retry=attempt > first)  # a retry is served before new tasks
             vm = lease.__enter__()
         except ProviderError as exc:
             # No VM is left (every server retired): the task stays without a final result and

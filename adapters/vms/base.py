@@ -142,6 +142,15 @@ class VMHandle:
     devtools_url: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     healthy: bool = True
+    # Set by a provider that vouches for it: the VM has just come up in the very state a reset
+    # restores (a clone of the ready state, a new simulation) and nothing has used it yet.
+    fresh: bool = False
+
+    def take_fresh(self) -> bool:
+        """Whether the VM is still fresh (see `fresh`), marking it used: its first task may skip
+        the reset, since the reset would restore the state it is already in."""
+        fresh, self.fresh = self.fresh, False
+        return fresh
 
 
 class VMProvider(abc.ABC):

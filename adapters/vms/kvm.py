@@ -521,6 +521,7 @@ class KVMProvider(VMProvider):
             details={"pid": process.pid, "qmp": str(paths.qmp_socket), "overlay": str(paths.overlay), "vnc": vnc,
                      "accelerator": spec.accel, "start_seconds": round(started, 3),
                      "snapshot_seconds": round(baseline.monitor_seconds, 3)},
+            fresh=True,  # started from the ready state, which is also what its snapshot resets restore
         )
         return _VM(handle, process, paths)
 

@@ -87,9 +87,10 @@ class LocalSimulationProvider(VMProvider):
             raise ProviderError(f"local VM {vm_id}: simulation did not start: {exc}") from exc
         with self._lock:
             self._processes[vm_id] = process
-        return self._handle(vm_id, process)
+        # A new simulation on an empty disk: the state every reset restores.
+        return self._handle(vm_id, process, fresh=True)
 
-    def _handle(self, vm_id: str, process: LocalEnvHandle) -> VMHandle:
+    def _handle(self, vm_id: str, process: LocalEnvHandle, fresh: bool = False) -> VMHandle:
         # The simulation has no browser; its DevTools routes refuse with a clear message.
         return VMHandle(
             vm_id=vm_id,
@@ -97,6 +98,7 @@ class LocalSimulationProvider(VMProvider):
             provider=self.name,
             devtools_url=process.base_url,
             details={"pid": process.pid},
+            fresh=fresh,
         )
 
     def reset(self, vm: VMHandle, level: ResetLevel) -> None:

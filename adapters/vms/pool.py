@@ -16,6 +16,7 @@ to boot, and a VM a waiting task needs is never retired as spare.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import deque
@@ -43,6 +44,14 @@ class VMUsage:
         return sum(self.gone_at.get(vm_id, now) - since for vm_id, since in list(self.alive_since.items()))
 
 
+@dataclass(frozen=True, eq=False)
+class _Waiter:
+    """A lessee waiting for a VM (compared by identity: each is its own place in the queue)."""
+
+    retry: bool
+    arrival: int
+
+
 class VMPool:
     """A pool of up to `size` VMs from one provider.
 
@@ -67,7 +76,9 @@ class VMPool:
         self._creation_errors: list[str] = []
         self._creators: list[threading.Thread] = []
         self._replacers: list[threading.Thread] = []  # replacements under way or done
-        self._waiting = 0  # lessees waiting for a free VM
+        # Lessees waiting for a free VM, served retries first, then in arrival order (`_next_in_line`).
+        self._queue: list[_Waiter] = []
+        self._arrivals = itertools.count()
         self._replacements = 0
         self._retired = 0
         self._closing = False  # teardown began: no new VM, and any that still arrives is deleted
@@ -180,9 +191,14 @@ class VMPool:
     # --- leasing ---------------------------------------------------------------------------
 
     @contextmanager
-    def lease(self, timeout: float | None = None) -> Iterator[VMHandle]:
-        """A healthy VM for the duration of the block; unhealthy VMs are replaced on return."""
-        vm = self._take(timeout)
+    def lease(self, timeout: float | None = None, *, retry: bool = False) -> Iterator[VMHandle]:
+        """A healthy VM for the duration of the block; unhealthy VMs are replaced on return.
+
+        Waiting lessees are served in order: `retry` ones (a task trying again after an
+        infrastructure error) first, then by arrival. A lane that returns a VM and asks for
+        one for its next task queues behind them, so a retry gets the first VM that frees up
+        instead of waiting out its failed VM's replacement."""
+        vm = self._take(timeout, retry)
         started = time.monotonic()
         try:
             yield vm
@@ -197,13 +213,14 @@ class VMPool:
             else:
                 self._replace(vm)
 
-    def _take(self, timeout: float | None) -> VMHandle:
+    def _take(self, timeout: float | None, retry: bool) -> VMHandle:
         deadline = None if timeout is None else time.monotonic() + timeout
+        me = _Waiter(retry, next(self._arrivals))
         with self._cond:
-            # Counted while waiting, so `retire_spare` leaves the VM a waiter is about to get.
-            self._waiting += 1
+            # Queued while waiting, so `retire_spare` leaves the VM a waiter is about to get.
+            self._queue.append(me)
             try:
-                while not self._free:
+                while not (self._free and self._next_in_line() is me):
                     if not self._all and self._pending == 0:
                         raise ProviderError(f"no VM is left in the pool: {self._describe_errors()}")
                     remaining = None if deadline is None else deadline - time.monotonic()
@@ -212,7 +229,12 @@ class VMPool:
                     self._cond.wait(remaining)
                 return self._free.popleft()
             finally:
-                self._waiting -= 1
+                self._queue.remove(me)
+                self._cond.notify_all()  # the next in line may take a free VM now
+
+    def _next_in_line(self) -> _Waiter:
+        """The waiting lessee served next (call under the lock, with a non-empty queue)."""
+        return min(self._queue, key=lambda w: (not w.retry, w.arrival))
 
     def _replace(self, vm: VMHandle) -> None:
         """Hand a VM that failed health checks to the provider for a healthy one.
@@ -266,7 +288,7 @@ class VMPool:
         retry) is about to get is not idle and stays. Returns whether a VM was deleted.
         """
         with self._cond:
-            if len(self._free) <= self._waiting or len(self._all) + self._pending <= still_needed:
+            if len(self._free) <= len(self._queue) or len(self._all) + self._pending <= still_needed:
                 return False
             vm = self._free.pop()
             self._all.pop(vm.vm_id, None)

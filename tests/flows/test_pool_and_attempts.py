@@ -122,7 +122,13 @@ def test_pool_with_no_vm_up_fails_leases_clearly(tmp_path: Path) -> None:
 def test_dead_vm_is_an_infrastructure_error(prefect_server: None, provider: LocalSimulationProvider, tmp_path: Path) -> None:
     vm = provider.create("dead")
     provider.delete(vm)
+    # Fresh from creation, its first task skips the reset: the dead server shows in setup.
     result = run_attempt(CATALOG.load(CATALOG.task_ids()[0]), vm, _ctx(provider, tmp_path), attempt=1)
+    assert result.outcome is OutcomeKind.INFRASTRUCTURE_ERROR and not vm.healthy
+    assert (result.error or "").startswith("setup: "), result.error
+    # Once used, every task starts with a reset, where the dead server shows.
+    vm.healthy = True
+    result = run_attempt(CATALOG.load(CATALOG.task_ids()[0]), vm, _ctx(provider, tmp_path), attempt=2)
     assert result.outcome is OutcomeKind.INFRASTRUCTURE_ERROR and not vm.healthy
     assert "reset" in (result.error or "")
 
@@ -321,9 +327,9 @@ def test_retire_spare_keeps_the_vm_a_waiting_lessee_needs() -> None:
     holder = pool.lease()
     vm = holder.__enter__()
     got: list[VMHandle] = []
-    waiter = threading.Thread(target=lambda: got.append(pool._take(5.0)))
+    waiter = threading.Thread(target=lambda: got.append(pool._take(5.0, False)))
     waiter.start()
-    while pool._waiting == 0:
+    while not pool._queue:
         time.sleep(0.01)
     with pool._cond:  # the VM comes back and a lane out of work retires, before the waiter wakes
         holder.__exit__(None, None, None)
@@ -331,3 +337,42 @@ def test_retire_spare_keeps_the_vm_a_waiting_lessee_needs() -> None:
     waiter.join()
     assert got == [vm] and pool.retired == 0
     pool.teardown()
+
+
+def test_waiting_lessees_are_served_retries_first_then_in_arrival_order() -> None:
+    """A lane that gives a VM back and asks for one for its next task queues behind the tasks
+    already waiting; a retry after an infrastructure error goes before all of them."""
+    pool = VMPool(_InstantProvider(), size=1, run_id="order")
+    pool.provision()
+    holder = pool.lease()
+    holder.__enter__()
+    served: list[str] = []
+
+    def wait(name: str, retry: bool) -> None:
+        with pool.lease(5.0, retry=retry):
+            served.append(name)
+
+    waiters = []
+    for name, retry in [("new-1", False), ("new-2", False), ("retry", True)]:
+        waiters.append(threading.Thread(target=wait, args=(name, retry)))
+        waiters[-1].start()
+        while len(pool._queue) < len(waiters):  # each is queued before the next arrives
+            time.sleep(0.005)
+    holder.__exit__(None, None, None)
+    for waiter in waiters:
+        waiter.join()
+    assert served == ["retry", "new-1", "new-2"]
+    pool.teardown()
+
+
+def test_a_fresh_vm_skips_only_its_first_reset(tmp_path: Path) -> None:
+    """The local simulation vouches for a new VM (VMHandle.fresh): its first task starts without
+    a reset, every later one after a reset; a replacement is fresh again."""
+    provider = LocalSimulationProvider(tmp_path / "vms")
+    try:
+        vm = provider.create("waa-fresh-0")
+        assert vm.take_fresh() and not vm.take_fresh()
+        replacement = provider.replace(vm, "waa-fresh-r1")
+        assert replacement.take_fresh()
+    finally:
+        provider.close()
