@@ -3,10 +3,13 @@
 A real Windows desktop does not draw an action's effect at once: a menu opens in 100 ms, an
 application window in seconds. This benchmark starts a small HTTP server (its own process)
 that answers WAA's routes like a VM whose screen changes after every action only after a random
-delay of 0.1-2 s (seeded), through three transition frames 0.1 s apart to a final frame. Every
-screenshot carries the action number and frame in one corner pixel, so the benchmark knows
-whether an observation was taken mid-transition (or before the change began). The tree route
-takes 0.4 s (real ones take seconds) and /obs_winagent renders the foreground window, as WAA's.
+delay of 0.1-2 s (seeded), through 2-8 transition frames 0.05-0.3 s apart (a slow repaint), and
+after a third of the actions a busy spinner that turns for 0.5-1.5 s more before the final frame.
+Every screenshot carries the action number and frame in one corner pixel, so the benchmark knows
+whether an observation was taken mid-transition, mid-spinner or before the change began. Each
+screenshot costs `--screenshot-seconds` (default 0.25 s: WAA grabs and PNG-encodes the whole
+screen on the VM; a cache would make it free), the tree route 0.4 s (real ones take seconds),
+and /obs_winagent renders the foreground window, as WAA's.
 
 For each harness configuration it plays the same actions through the product's WAALiveAdapter
 (apply, settle, observe: what an episode spends per step outside the model) and prints the
@@ -63,9 +66,13 @@ from adapters.waa.live import LiveAdapterSettings, WAALiveAdapter  # noqa: E402
 from adapters.waa.settle import SettlePolicy  # noqa: E402
 
 WIDTH, HEIGHT = 1280, 800
-FRAMES = 3  # transition frames before the final one
-FRAME_GAP = 0.1
+FRAMES = (2, 8)  # transition frames before the final one, per action
+FRAME_GAP = (0.05, 0.3)  # seconds between them, per action
+SPINNER_SHARE = 1 / 3  # actions followed by a busy spinner
+SPINNER_SECONDS = (0.5, 1.5)
+SPINNER_FIRST = 100  # spinner frames are numbered from here in the marker pixel
 FINAL = 255
+SCREENSHOT_SECONDS = 0.25
 TREE_SECONDS = 0.4
 TREE = ('<Desktop name="Desktop"><Window name="Timing" screencoord="(200, 120)" size="(880, 560)">'
         '<Button name="OK" screencoord="(600, 600)" size="(80, 30)"/></Window></Desktop>')
@@ -79,23 +86,33 @@ class Screen:
         self.lock = threading.Lock()
         self.action = 0
         self.changes_at = 0.0
+        self.frames, self.gap, self.spinner = FRAMES[0], FRAME_GAP[0], 0.0
         self.cache: dict[tuple[int, int], bytes] = {}
 
     def act(self) -> None:
         with self.lock:
             self.action += 1
             self.changes_at = time.monotonic() + self.rng.uniform(0.1, 2.0)
+            self.frames, self.gap = self.rng.randint(*FRAMES), self.rng.uniform(*FRAME_GAP)
+            self.spinner = self.rng.uniform(*SPINNER_SECONDS) if self.rng.random() < SPINNER_SHARE else 0.0
 
     def frame(self) -> tuple[int, int]:
-        """(action, frame) now: the previous action's final frame until the change begins."""
+        """(action, frame) now: the previous action's final frame until the change begins, then
+        the transition frames, the spinner's turns (if any), the final frame."""
         with self.lock:
             action, elapsed = self.action, time.monotonic() - self.changes_at
+            frames, gap, spinner = self.frames, self.gap, self.spinner
         if action == 0:
             return 0, FINAL
         if elapsed < 0:
             return action - 1, FINAL
-        step = int(elapsed / FRAME_GAP)
-        return (action, step + 1) if step < FRAMES else (action, FINAL)
+        step = int(elapsed / gap)
+        if step < frames:
+            return action, step + 1
+        spinning = elapsed - frames * gap
+        if spinning < spinner:
+            return action, SPINNER_FIRST + int(spinning / 0.1) % 8  # a new frame every 0.1 s
+        return action, FINAL
 
     def png(self, window_only: bool = False) -> bytes:
         action, frame = self.frame()
@@ -109,11 +126,15 @@ def _render(action: int, frame: int, window_only: bool) -> bytes:
     image = Image.new("RGB", (WIDTH, HEIGHT), (20, 50, 100))
     draw = ImageDraw.Draw(image)
     # The window moves and changes colour with each action; transition frames are in between.
-    shift = (action * 37) % 300 + (0 if frame == FINAL else frame * 20)
-    shade = 90 + (action * 53) % 120 if frame == FINAL else 40 * frame
+    spinning = SPINNER_FIRST <= frame < FINAL
+    shift = (action * 37) % 300 + (0 if frame == FINAL or spinning else frame * 20)
+    shade = 90 + (action * 53) % 120 if frame == FINAL or spinning else (30 * frame) % 256
     draw.rectangle((200 + shift, 120, 780 + shift, 680), fill=(shade, 200, 255 - shade))
     for row in range(140, 660, 24):  # text lines, so PNGs have realistic content
         draw.line((220 + shift, row, 700 + shift, row), fill=(0, 0, 0), width=2)
+    if spinning:  # a small busy wheel whose gap turns: only a few pixels change per frame
+        turn = (frame - SPINNER_FIRST) * 45
+        draw.pieslice((480 + shift, 380, 520 + shift, 420), turn + 40, turn + 360, fill=(60, 60, 60))
     image.putpixel((0, 0), (action % 256, frame, 0))
     if window_only:
         image = image.crop((200, 120, 1080, 680))
@@ -122,7 +143,8 @@ def _render(action: int, frame: int, window_only: bool) -> bytes:
     return out.getvalue()
 
 
-def _serve(port: int, seed: int, ready: multiprocessing.synchronize.Event) -> None:  # type: ignore[name-defined]
+def _serve(port: int, seed: int, ready: multiprocessing.synchronize.Event,  # type: ignore[name-defined]
+           screenshot_seconds: float = SCREENSHOT_SECONDS) -> None:
     screen = Screen(seed)
 
     class Handler(BaseHTTPRequestHandler):
@@ -139,7 +161,9 @@ def _serve(port: int, seed: int, ready: multiprocessing.synchronize.Event) -> No
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             path = self.path.split("?")[0]
             if path == "/screenshot":
-                self._send(screen.png(), "image/png")
+                png = screen.png()  # what the screen shows when the grab begins
+                time.sleep(screenshot_seconds)
+                self._send(png, "image/png")
             elif path == "/accessibility":
                 time.sleep(TREE_SECONDS)
                 self._send(json.dumps({"AT": TREE}).encode())
@@ -279,7 +303,9 @@ def repaint_part(steps: int, delays: tuple[float, ...] = REPAINT_DELAYS) -> None
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=10, help="actions per configuration")
+    parser.add_argument("--steps", type=int, default=20, help="actions per configuration (default 20)")
+    parser.add_argument("--screenshot-seconds", type=float, default=SCREENSHOT_SECONDS,
+                        help=f"what one /screenshot costs the server (default {SCREENSHOT_SECONDS:g})")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--part", choices=["all", "transitions", "repaint"], default="all")
     parser.add_argument("--typing-steps", type=int, default=6, help="typing steps per repaint delay and settle")
@@ -299,7 +325,7 @@ def transitions_part(args: argparse.Namespace) -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     ready = multiprocessing.Event()
-    server = multiprocessing.Process(target=_serve, args=(port, args.seed, ready), daemon=True)
+    server = multiprocessing.Process(target=_serve, args=(port, args.seed, ready, args.screenshot_seconds), daemon=True)
     server.start()
     ready.wait(10)
     base_url = f"http://127.0.0.1:{port}"
@@ -311,8 +337,10 @@ def transitions_part(args: argparse.Namespace) -> None:
         ("adaptive (default), tree + window agent", LiveAdapterSettings(), everything),
         ("adaptive (default), screenshot-only agent", LiveAdapterSettings(), screenshot_only),
     ]
-    print(f"server: screen changes 0.1-2.0 s after each action, {FRAMES} transition frames {FRAME_GAP:g} s apart; "
-          f"tree route {TREE_SECONDS:g} s; {args.steps} actions per row (seed {args.seed})")
+    print(f"server: screen changes 0.1-2.0 s after each action, {FRAMES[0]}-{FRAMES[1]} transition frames "
+          f"{FRAME_GAP[0]:g}-{FRAME_GAP[1]:g} s apart, a {SPINNER_SECONDS[0]:g}-{SPINNER_SECONDS[1]:g} s spinner after "
+          f"{SPINNER_SHARE:.0%} of actions; screenshot {args.screenshot_seconds:g} s, tree route {TREE_SECONDS:g} s; "
+          f"{args.steps} actions per row (seed {args.seed})")
     print(f"{'harness':<44} {'median':>9} {'mean':>9} {'settle':>10} {'mid-transition':>14}")
     try:
         for name, settings, needs in configs:
@@ -321,7 +349,7 @@ def transitions_part(args: argparse.Namespace) -> None:
     finally:
         server.terminate()
     print("per step = apply + settle + observe (no model); mid-transition = observations not showing the "
-          "last action's final frame (target: 0 for adaptive)")
+          "last action's final frame, spinner included (target: 0 for adaptive)")
 
 
 if __name__ == "__main__":
