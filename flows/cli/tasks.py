@@ -88,10 +88,7 @@ def add_tasks(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argpar
     tasks = sub.add_parser("tasks", help="inspect task suites")
     tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True)
     listing = tasks_sub.add_parser("list", help="tasks per domain")
-    listing.add_argument("--waa-dir", type=Path, help="a WAA task directory (default: the bundled suite)")
-    listing.add_argument("--difficulty", choices=["normal", "hard"], default="normal")
-    listing.add_argument("--domain", action="append")
-    listing.add_argument("--ids", action="store_true", help="print every task id")
+    _add_suite_selection(listing, ids_help="print every task id")
     listing.set_defaults(func=_tasks_list)
     new = tasks_sub.add_parser("new", help="scaffold a task in WAA's format (launch, optional files, an evaluator "
                                "from the registries) and check it at once (lint + load)")
@@ -124,8 +121,13 @@ def add_tasks(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argpar
     lint.add_argument("--cache-dir", type=Path, help="the download cache for --offline")
     lint.set_defaults(func=_tasks_lint)
     coverage = tasks_sub.add_parser("coverage", help="which tasks have every setup step, getter and metric supported")
-    coverage.add_argument("--waa-dir", type=Path, help="a WAA task directory (default: the bundled suite)")
-    coverage.add_argument("--difficulty", choices=["normal", "hard"], default="normal")
-    coverage.add_argument("--domain", action="append")
-    coverage.add_argument("--ids", action="store_true", help="a line for every task, supported or not")
+    _add_suite_selection(coverage, ids_help="a line for every task, supported or not")
     coverage.set_defaults(func=_tasks_coverage)
+
+
+def _add_suite_selection(parser: argparse.ArgumentParser, ids_help: str) -> None:
+    """The options that pick a suite's tasks (`tasks list`, `tasks coverage`)."""
+    parser.add_argument("--waa-dir", type=Path, help="a WAA task directory (default: the bundled suite)")
+    parser.add_argument("--difficulty", choices=["normal", "hard"], default="normal")
+    parser.add_argument("--domain", action="append")
+    parser.add_argument("--ids", action="store_true", help=ids_help)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -104,3 +105,14 @@ class PrefectServer:
     def stop(self) -> None:
         if self.proc is not None:
             stop(self.proc)
+
+
+@contextlib.contextmanager
+def running_server(folder: Path) -> Iterator[PrefectServer]:
+    """A `prefect server start` with its home and log in `folder`, stopped at the end."""
+    server = PrefectServer(folder / "server-home", folder / "server.log")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

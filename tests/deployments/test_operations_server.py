@@ -20,17 +20,13 @@ import duckdb
 import psutil
 import pytest
 
-from server_helpers import PROJECT, PrefectServer, clean_env, stop, tail, wait_for
+from server_helpers import PROJECT, PrefectServer, clean_env, running_server, stop, tail, wait_for
 
 
 @pytest.fixture()
 def server(tmp_path: Path) -> Iterator[PrefectServer]:
-    s = PrefectServer(tmp_path / "server-home", tmp_path / "server.log")
-    s.start()
-    try:
+    with running_server(tmp_path) as s:
         yield s
-    finally:
-        s.stop()
 
 
 def _progress(path: Path) -> dict[str, Any]:

@@ -23,20 +23,15 @@ import pytest
 import requests
 
 from adapters.waa.localenv.launcher import start_local_env
-from server_helpers import PROJECT, PrefectServer, clean_env, tail, wait_for
+from server_helpers import PROJECT, PrefectServer, clean_env, running_server, tail, wait_for
 
 TWO_TASKS = ["notepad-append-line", "explorer-rename-file"]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
-    home = tmp_path_factory.mktemp("prefect")
-    s = PrefectServer(home / "server-home", home / "server.log")
-    s.start()
-    try:
+    with running_server(tmp_path_factory.mktemp("prefect")) as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture()
