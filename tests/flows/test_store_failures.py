@@ -24,9 +24,21 @@ ROOT = Path(__file__).resolve().parents[2]
 BUNDLED_TASKS = 16
 
 
+# The session's Prefect server, which every `arena run` of this module uses: what these tests
+# break is the results store, not Prefect, and a local server per run would cost its start-up.
+_prefect_api: dict[str, str] = {}
+
+
+@pytest.fixture(autouse=True)
+def _shared_prefect_server(prefect_server: None) -> None:
+    from prefect.settings import PREFECT_API_URL
+
+    _prefect_api["url"] = str(PREFECT_API_URL.value())
+
+
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k != "ARENA_STORE_URL"}
-    env.update(PREFECT_HOME=str(tmp_path / "prefect"), ARENA_LOCAL_SERVER_IDLE_SECONDS="3", **extra)
+    env.update(PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_API_URL=_prefect_api["url"], **extra)
     return env
 
 
@@ -77,21 +89,22 @@ def _final_results(db: Path, run_id: str) -> dict[str, str]:
 
 def test_a_second_controller_for_a_running_run_id_is_refused_before_any_vm(tmp_path: Path) -> None:
     db = tmp_path / "arena.duckdb"
-    first = _start(tmp_path, "twice", "--quirks", "--pool-size", "1", "--db", str(db))
+    # The notepad tasks only (6): long enough for the second controller to meet the first.
+    first = _start(tmp_path, "twice", "--quirks", "--pool-size", "1", "--domain", "notepad", "--db", str(db))
     try:
         _wait("a recorded attempt", lambda: _recorded(tmp_path / "art" / "twice" / "progress.json") >= 1, 180, first)
         started = time.monotonic()
-        second = _start(tmp_path, "twice", "--quirks", "--pool-size", "1", "--db", str(db))
+        second = _start(tmp_path, "twice", "--quirks", "--pool-size", "1", "--domain", "notepad", "--db", str(db))
         out, err = _finish(second, 120)
         assert second.returncode == 2, (out, err)
         assert err.count("\n") == 1 and "run 'twice' is running elsewhere (PID" in err, err
-        assert "Prefect UI" not in err and time.monotonic() - started < 60  # refused before Prefect or a VM
+        assert "Flow run:" not in err and time.monotonic() - started < 60  # refused before Prefect or a VM
     finally:
         out, err = _finish(first)
     assert first.returncode == 0, err[-3000:]
     with duckdb.connect(str(db), read_only=True) as con:
         attempts = con.execute("SELECT task_id, count(*) FROM task_results WHERE run_id = 'twice' GROUP BY 1").fetchall()
-    assert len(attempts) == BUNDLED_TASKS and all(n == 1 for _, n in attempts)  # one controller ran each task once
+    assert len(attempts) == 6 and all(n == 1 for _, n in attempts)  # one controller ran each task once
 
 
 def test_a_killed_controllers_run_is_shown_abandoned_and_resumes_at_once(tmp_path: Path) -> None:
@@ -149,8 +162,12 @@ def test_a_postgresql_outage_mid_run_loses_no_result_and_the_run_completes(tmp_p
     try:
         _wait("two recorded attempts", lambda: _recorded(tmp_path / "art" / "outage" / "progress.json") >= 2, 180, proc)
         pg.stop()
-        time.sleep(25)  # results finish meanwhile and wait in the spool; no new task starts
-        spooled = list((tmp_path / "art" / "outage" / "spool").glob("*.json"))
+        # Results finish meanwhile and wait in the spool; once a pool's worth (2) waits, no new
+        # task starts and the run says it waits for the store.
+        spool = tmp_path / "art" / "outage" / "spool"
+        spooled = _wait("a pool's worth of results in the spool", lambda: len(list(spool.glob("*.json"))) >= 2 and
+                        list(spool.glob("*.json")), 120, proc)
+        time.sleep(2)  # the run's notice of the wait goes out with its next check (each second)
         pg.start()
         out, err = _finish(proc)
     finally:
