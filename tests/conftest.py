@@ -26,6 +26,27 @@ os.environ["ARENA_FETCH_ALLOW"] = "127.0.0.1"
 
 SHARED_TASKS = Path(__file__).resolve().parents[2] / "shared" / "waa-tasks"
 
+# Real-process scenarios (whole `arena run`s killed, cut off, run side by side; servers stopped and
+# started; real QEMU): most of the suite's time. They carry the `scenario` mark, so a quick
+# development pass can leave them out: pytest -m "not scenario" (README, "Developing").
+SCENARIO_MODULES = {
+    "tests/deployments/test_operations_server.py", "tests/deployments/test_prefect_states_server.py",
+    "tests/deployments/test_prefect_auth_server.py", "tests/deployments/test_shards_server.py",
+    "tests/deployments/test_deployments_server.py",
+    "tests/flows/test_store_failures.py", "tests/flows/test_concurrent_runs.py", "tests/flows/test_faults.py",
+    "tests/flows/test_truthful_runs.py", "tests/flows/test_local_server_lifetime.py", "tests/flows/test_cli.py",
+    "tests/store/test_team_store.py", "tests/vms/test_kvm.py", "tests/vms/test_kvm_runs.py",
+    "tests/results/test_demos_from_run.py", "tests/waa/test_setup_coverage.py",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests of the scenario modules (see SCENARIO_MODULES)."""
+    root = Path(__file__).resolve().parents[1]
+    for item in items:
+        if item.path.resolve().relative_to(root).as_posix() in SCENARIO_MODULES:
+            item.add_marker(pytest.mark.scenario)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _stop_local_server() -> Iterator[None]:
