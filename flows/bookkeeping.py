@@ -6,13 +6,16 @@ short Prefect server outage (a restart, a proxy blip) and, if the server stays a
 given up. None of them may turn a finished evaluation into a failed one.
 
     best_effort(what, call)     call, retried with back-off for up to `retry_for` seconds
+    in_background(what, call)   the same in a thread of its own, which the process waits for at exit
     pool_slots(name, occupy)    hold `occupy` slots of a global concurrency limit for a block
 """
 
 from __future__ import annotations
 
+import contextvars
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -51,6 +54,16 @@ def best_effort(what: str, call: Callable[[], T], retry_for: float = RETRY_SECON
                 return None
             time.sleep(delay)
             delay = min(delay * 2, 10.0)
+
+
+def in_background(what: str, call: Callable[[], object]) -> threading.Thread:
+    """`best_effort(what, call)` in a thread of its own, in the caller's context (its Prefect
+    settings and run), for bookkeeping nobody waits for: the run goes on to its summary and
+    report meanwhile. Not a daemon: the interpreter waits for it before the process exits."""
+    context = contextvars.copy_context()
+    thread = threading.Thread(target=context.run, args=(best_effort, what, call), name="bookkeeping", daemon=False)
+    thread.start()
+    return thread
 
 
 @contextmanager

@@ -60,7 +60,7 @@ from adapters.vms.warm_pool import pool_resource_id
 from adapters.waa.catalog import WAATaskCatalog
 from adapters.waa.live import LiveAdapterSettings
 from flows.attempt import AttemptContext, run_attempt
-from flows.bookkeeping import best_effort, pool_slots, warn
+from flows.bookkeeping import in_background, pool_slots, warn
 from flows.budget import RunBudget
 from flows.progress import RunProgress
 from flows.run_config import SuiteRunConfig, store_wait_seconds
@@ -126,7 +126,9 @@ def _pool_concurrency_limit(name: str, size: int) -> Iterator[str]:
     try:
         yield name
     finally:
-        best_effort(f"removing concurrency limit {name!r}", lambda: _delete_limit(name))
+        # Deleting a limit waits for the server's database, which the end of a run keeps busy
+        # writing its task runs (seconds on a loaded machine): the summary goes on meanwhile.
+        in_background(f"removing concurrency limit {name!r}", lambda: _delete_limit(name))
 
 
 class WarmPoolBusy(RuntimeError):
