@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from adapters.results.attempts import keep_final_attempt
 from adapters.results.rates import RunStatus, is_final, is_sound, rate
 from adapters.results.report_text import incomplete_text, left_out_text
 from adapters.results.stats import (
@@ -212,17 +213,10 @@ def _final_rows(rows: Iterable[Mapping[str, Any]], run_id: str) -> dict[str, Map
                 f"{', '.join(_REQUIRED)} (and domain), as in the latest_task_results view"
             )
         task_id = str(row["task_id"])
-        earlier = by_task.get(task_id)
-        if earlier is None:
-            by_task[task_id] = row
-            continue
-        if row.get("attempt") is None or earlier.get("attempt") is None or row["attempt"] == earlier["attempt"]:
-            raise ValueError(
-                f"run {run_id!r} has task {task_id!r} more than once without distinct attempt "
-                "numbers; pass one row per task (latest_task_results) or rows with `attempt`"
-            )
-        if int(row["attempt"]) > int(earlier["attempt"]):
-            by_task[task_id] = row
+        keep_final_attempt(by_task, task_id, row, lambda task_id=task_id: ValueError(
+            f"run {run_id!r} has task {task_id!r} more than once without distinct attempt "
+            "numbers; pass one row per task (latest_task_results) or rows with `attempt`"
+        ))
     return by_task
 
 

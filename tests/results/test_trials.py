@@ -24,6 +24,7 @@ from adapters.results.trials import (
     task_stability,
     trial_variance,
 )
+from adapters.results.trials.paired import render_trial_comparison
 from adapters.results.trials.adaptive import (
     AdaptiveState,
     decide,
@@ -186,6 +187,9 @@ def test_unequal_trials_pair_by_fingerprint_and_test_with_permutation_variance()
     assert result.tasks_like_these.p_value == pytest.approx(t.pvalue)
     assert result.tasks_like_these.mde is not None and result.these_tasks.mde is not None
     assert not result.single_trial
+    text = render_trial_comparison(result)
+    assert text.startswith(f"verdict: {result.verdict} (these fixed tasks")
+    assert "detectable difference at 80 % power" in text and "8 baseline / 10 candidate sound trials" in text
 
 
 def test_permutation_variance_is_exact_for_one_task() -> None:
@@ -248,6 +252,10 @@ def test_flaky_tasks_group_by_agent_model_settings_and_task_version() -> None:
     stability = {(s.task_id, s.settings_hash): s for s in task_stability(data)}
     assert stability[("b", "h1")].sound_trials == 1 and not stability[("b", "h1")].flaky
     assert len(stability) == 5
+    # Earlier runs' trials of the same agent and settings give the plan its trial-to-trial
+    # variance: a (1 of 2) and c (1 of 2) vary, b and d have one sound trial per group.
+    variance = trial_variance(task_stability(data))
+    assert variance is not None and (variance.tasks, variance.variance) == (2, pytest.approx(0.5))
 
 
 # --- the adaptive design's bookkeeping --------------------------------------------------------

@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from adapters.results.attempts import keep_final_attempt
 from adapters.results.rates import is_sound
 from adapters.results.stats import Interval, wilson_interval_effective
 from adapters.results.trials._scipy import normal_quantile, t_quantile
@@ -118,17 +119,12 @@ def group_trials(rows: Iterable[Mapping[str, Any]], run_id: str = "") -> list[Ta
             raise TrialRowError(f"{where}: trial must be >= 0, got {trial}")
         fingerprint = row.get("task_fingerprint") or None
         key = (str(row["task_id"]), None if fingerprint is None else str(fingerprint), trial)
-        earlier = chosen.get(key)
-        if earlier is None:
-            chosen[key] = row
-            continue
-        if row.get("attempt") is None or earlier.get("attempt") is None or row["attempt"] == earlier["attempt"]:
-            raise TrialRowError(
-                f"{where}: task {key[0]!r} trial {trial} appears more than once without distinct attempt "
-                "numbers; pass each trial's final attempt, or rows with `attempt`"
-            )
-        if _int(row["attempt"], f"{where}: attempt") > _int(earlier["attempt"], "attempt"):
-            chosen[key] = row
+        if row.get("attempt") is not None:
+            _int(row["attempt"], f"{where}: attempt")
+        keep_final_attempt(chosen, key, row, lambda where=where, key=key: TrialRowError(
+            f"{where}: task {key[0]!r} trial {key[2]} appears more than once without distinct attempt "
+            "numbers; pass each trial's final attempt, or rows with `attempt`"
+        ))
     tasks: dict[tuple[str, str | None], TaskTrials] = {}
     for (task_id, fingerprint, trial), row in sorted(chosen.items(), key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2])):
         task = tasks.setdefault(

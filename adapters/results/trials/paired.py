@@ -2,6 +2,7 @@
 
     compare_trials(baseline_tasks, candidate_tasks)        from `group_trials` of each run
     compare_trial_rows(baseline_rows, candidate_rows)      from per-trial rows
+    render_trial_comparison(comparison)                     plain text
 
 Tasks are paired by task id and task fingerprint (a task whose definition changed between the
 runs is two tasks, listed apart; rows without a fingerprint pair by id, as in
@@ -41,6 +42,7 @@ from adapters.results.stats import Interval, mcnemar_exact, paired_difference_in
 from adapters.results.trials._scipy import normal_quantile, scipy_stats, t_quantile
 from adapters.results.trials.estimates import (
     DEFAULT_CONFIDENCE,
+    ESTIMAND_TEXT,
     Estimand,
     TaskTrials,
     group_trials,
@@ -120,6 +122,34 @@ class TrialComparison(BaseModel):
         if chosen.p_value >= self.alpha or not self.difference:
             return "no significant difference"
         return "improved" if self.difference > 0 else "regressed"
+
+
+def _pts(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:+.1f}"
+
+
+def render_trial_comparison(comparison: TrialComparison) -> str:
+    """The comparison as plain text: the verdict, then each estimand's interval, test and MDE."""
+    c = comparison
+    chosen = c.estimate()
+    trials = "one trial per task and run" if c.single_trial else (
+        f"{sum(t.baseline_trials for t in c.paired)} baseline / {sum(t.candidate_trials for t in c.paired)} "
+        "candidate sound trials")
+    lines = [
+        f"verdict: {c.verdict} ({ESTIMAND_TEXT[c.estimand]}; {chosen.test_method}, p = "
+        f"{'n/a' if chosen.p_value is None else f'{chosen.p_value:.3g}'}, alpha {c.alpha:g})",
+        f"paired tasks: {len(c.paired)} ({trials}); not compared: {len(c.unpaired)}; only in the baseline: "
+        f"{len(c.only_in_baseline)}; only in the candidate: {len(c.only_in_candidate)}",
+    ]
+    if c.difference is not None:
+        lines.append(f"success (mean over tasks): baseline {100 * (c.baseline_rate or 0):.1f} %, candidate "
+                     f"{100 * (c.candidate_rate or 0):.1f} %, difference {_pts(c.difference)} points")
+    for estimate in (c.these_tasks, c.tasks_like_these):
+        interval = "n/a" if estimate.interval is None else f"[{_pts(estimate.interval[0])}, {_pts(estimate.interval[1])}]"
+        mde = f"{100 * estimate.mde:.1f} points" if estimate.mde is not None else f"n/a ({estimate.mde_note})"
+        lines.append(f"  {ESTIMAND_TEXT[estimate.estimand]}: {100 * c.confidence:.0f} % interval {interval} points "
+                     f"({estimate.interval_method}); detectable difference at {100 * c.power:.0f} % power: {mde}")
+    return "\n".join(lines) + "\n"
 
 
 def _pair(baseline: Sequence[TaskTrials], candidate: Sequence[TaskTrials]) -> tuple[

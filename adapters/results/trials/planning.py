@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from adapters.results.trials._scipy import normal_quantile
 from adapters.results.trials.estimates import TaskTrials, unbiased_trial_variance
+from adapters.results.trials.flaky import TaskStability
 
 DEFAULT_ALPHA = 0.05
 DEFAULT_POWER = 0.8
@@ -36,11 +37,13 @@ class TrialVariance(BaseModel):
     tasks: int  # tasks it is estimated from
 
 
-def trial_variance(tasks: Sequence[TaskTrials]) -> TrialVariance | None:
-    """The trial-to-trial variance from earlier runs' repeated trials (the same task in several
-    trials of a run, or in several runs grouped by the caller), or None when no task has two
-    sound trials."""
-    values = [unbiased_trial_variance(t.sound_successes, t.sound) for t in tasks if t.sound >= 2]
+def trial_variance(tasks: Sequence[TaskTrials | TaskStability]) -> TrialVariance | None:
+    """The trial-to-trial variance from earlier repeated trials, or None when no task has two
+    sound trials. Give one run's tasks (`group_trials`), or the same agent's trials across runs
+    grouped by task version and settings (`flaky.task_stability`)."""
+    counts = [(t.sound_successes, t.sound) if isinstance(t, TaskTrials) else (t.successes, t.sound_trials)
+              for t in tasks]
+    values = [unbiased_trial_variance(s, n) for s, n in counts if n >= 2]
     if not values:
         return None
     return TrialVariance(variance=sum(values) / len(values), tasks=len(values))

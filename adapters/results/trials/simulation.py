@@ -96,8 +96,11 @@ def run_adaptive(
     alpha: float = 0.05,
     seed: int = 0,
     initial_trials: int = 1,
+    until_width: float | None = None,
 ) -> AdaptiveRun:
-    """The adaptive design played until it decides, outcomes drawn with p (baseline) and q."""
+    """The adaptive design played until it decides, outcomes drawn with p (baseline) and q; with
+    `until_width`, until its interval is at most that wide (or the budget is spent), whatever
+    it decided on the way."""
     ids = [f"task-{i}" for i in range(len(p))]
     index = {t: i for i, t in enumerate(ids)}
     state = AdaptiveState.start(ids, budget=budget, margin=margin, alpha=alpha, seed=seed,
@@ -105,7 +108,9 @@ def run_adaptive(
     probability = {"baseline": p, "candidate": q}
     while True:
         report = decide(state)
-        if report.decision != "continue":
+        if until_width is None and report.decision != "continue":
+            return AdaptiveRun(report, state)
+        if until_width is not None and report.interval and report.interval[1] - report.interval[0] <= until_width:
             return AdaptiveRun(report, state)
         batch = next_batch(state, batch_size)
         if not batch:
