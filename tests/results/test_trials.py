@@ -290,6 +290,16 @@ def test_adaptive_design_runs_the_first_pass_then_random_batches_within_budget()
         record(state, "zz", "baseline", True)
 
 
+def test_a_first_pass_that_spends_the_budget_on_unsound_trials_ends_the_design() -> None:
+    state = AdaptiveState.start(["a"], budget=3)
+    for task, model in next_batch(state, 10):
+        record_unsound(state, task, model)
+    assert decide(state).decision == "continue"
+    (arm,) = next_batch(state, 10)  # one trial of the budget left
+    record_unsound(state, *arm)
+    assert next_batch(state, 10) == [] and decide(state).decision == "budget_exhausted"
+
+
 def test_adaptive_design_refuses_bad_settings() -> None:
     with pytest.raises(ValueError, match="budget must be a whole number of trials >= the first pass's 4"):
         AdaptiveState.start(["a", "b"], budget=3)

@@ -428,7 +428,11 @@ def decide(state: AdaptiveState) -> AdaptiveReport:
     common = {"history": history, "episodes": state.spent_trials, "given_trials": state.given_trials,
               "budget": state.budget, "margin": state.margin, "alpha": state.alpha}
     if not history:
-        return AdaptiveReport(decision="continue", estimate=None, interval=None, **common)
+        # The first pass is incomplete: its unsound trials are asked for again, and may use up
+        # the budget before every task has a sound trial with each model.
+        stuck = state.requested_trials >= state.budget and not state.pending_first_pass
+        return AdaptiveReport(decision="budget_exhausted" if stuck else "continue", estimate=None, interval=None,
+                              **common)
     last = history[-1]
     decision: Decision
     if last.lower > 0:
