@@ -318,6 +318,9 @@ class StepRecord(BaseModel):
     # Why the observation after this step lacks a part (e.g. the accessibility tree the agent's
     # own typing made unreadable, adapters/outcomes.py R5); None when it was complete.
     observation_error: str | None = None
+    # How the environment delivered the action, e.g. "pyautogui.write through /execute: 40000
+    # characters in 40 piece(s) of at most 1000"; None when it sent nothing.
+    delivery: str | None = None
 
 
 class BenchmarkResult(BaseModel):

@@ -17,8 +17,11 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+    warning: bool = False  # passed, but something a person should change (printed WARN, with the fix)
 
     def line(self) -> str:
-        """`ok    name: detail`, or `FAIL  name: detail` and the fix on the next line."""
-        text = f"{'ok  ' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
-        return text if self.ok or not self.fix else f"{text}\n        fix: {self.fix}"
+        """`ok    name: detail`, `WARN  name: detail` or `FAIL  name: detail`, the fix on the next
+        line for the last two."""
+        mark = "FAIL" if not self.ok else "WARN" if self.warning else "ok  "
+        text = f"{mark}  {self.name}: {self.detail}"
+        return text if (self.ok and not self.warning) or not self.fix else f"{text}\n        fix: {self.fix}"

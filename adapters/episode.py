@@ -8,6 +8,8 @@ choosing impossible actions is the agent's failure (a result).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,13 +31,17 @@ from adapters.waa.actions import ActionTranslationError
 from adapters.waa.errors import WAAError
 from adapters.waa.live import ActionRejected
 
+log = logging.getLogger(__name__)
+
 
 class EpisodeEnvironment(Protocol):
     """What the loop needs from an environment (WAALiveAdapter provides it)."""
 
     def observe(self) -> BenchmarkObservation: ...
 
-    def apply(self, action: BenchmarkAction) -> None: ...
+    def apply(self, action: BenchmarkAction) -> str | None:
+        """Carry out the action; returns how it was delivered (recorded on the step), or None."""
+        ...
 
     def settle(self) -> object: ...
 
@@ -125,9 +131,10 @@ def run_episode(
             t0 = time.monotonic()
             outcome.phase = "act"
             step_error = None
+            delivery: str | None = None
             fault: EnvironmentFault | None = None
             try:
-                env.apply(action)
+                delivery = env.apply(action)
             except EnvironmentFault as exc:
                 fault = exc
                 step_error = str(exc)
@@ -158,6 +165,7 @@ def run_episode(
                     error=step_error,
                     usage=usage,
                     observation_error=None if fault else observation.raw_observation.get("tree_error"),
+                    delivery=delivery,
                 )
             )
             if fault is not None:
@@ -196,10 +204,32 @@ def _environment_failed(outcome: EpisodeOutcome, fault: EnvironmentFault, step: 
 
 
 def _save_screenshot(observation: BenchmarkObservation, directory: Path | None, index: int) -> str | None:
-    """Screenshots live as files next to the results (DuckDB stores only their paths)."""
+    """Screenshots live as files next to the results (DuckDB stores only their paths).
+
+    Written whole or not at all (a temporary name, then a rename): a full disk leaves no empty
+    or half PNG behind. A screenshot that cannot be written is not worth the episode (the agent
+    saw it in memory): the step keeps no path, and the log says why."""
     if directory is None or observation.screenshot is None:
         return observation.screenshot_path
-    directory.mkdir(parents=True, exist_ok=True)
+    global _screenshot_trouble
     path = directory / f"step_{index:03d}.png"
-    path.write_bytes(observation.screenshot)
+    partial = path.with_suffix(".png.part")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        partial.write_bytes(observation.screenshot)
+        partial.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        trouble = str(exc.strerror or exc)
+        if trouble != _screenshot_trouble:  # said once, not once per step
+            log.warning("screenshots are not being saved (%s, first %s); steps are kept without them", trouble, path)
+            _screenshot_trouble = trouble
+        return None
+    if _screenshot_trouble is not None:
+        log.warning("screenshots are saved again")
+        _screenshot_trouble = None
     return str(path)
+
+
+_screenshot_trouble: str | None = None  # why screenshots are not being saved, once said

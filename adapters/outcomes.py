@@ -9,14 +9,24 @@ Rules, by number (the README's outcome table cites them):
 R1  Server-side failure of a well-formed request is infrastructure. The server could not be
     reached, dropped the connection, did not answer within the call's deadline, or answered 5xx
     for its own reasons: WAA's `/execute` answers 500 when its 120 s subprocess timeout fires or
-    `subprocess.run` raises; any uncaught exception in the Flask app becomes 500.
+    `subprocess.run` raises (Windows refuses a command line over 32,766 characters with
+    `[WinError 206]`; the harness types long text in pieces far below both limits,
+    adapters/waa/actions.py); any uncaught exception in the Flask app becomes 500. An action
+    the harness translated from a checked action (R3) that the VM fails to carry out is R1
+    too, even when `/execute` answers 200: a non-zero returncode with an OS error (`OSError:
+    [WinError 5] Access is denied` while UAC's secure desktop or a locked session holds the
+    input) is the environment's (`classify_command_failure(..., authored_by="harness")`).
 R2  An attempt in which any action or observation failed under R1 is never scored: it ends at
     once as `infrastructure_error` naming the route and the server's message, its steps are kept,
     and the task is retried from a fresh reset (bounded by the run's max attempts).
-R3  States the agent caused stay the agent's outcome. pyautogui's fail-safe (the agent drove the
-    pointer into a screen corner) and a command that ran but failed (`/execute` answers 200 with
-    a non-zero returncode, e.g. an unknown key name) are failed steps the agent sees; after
-    several in a row the episode ends as `agent_failure`.
+R3  The agent's own mistakes stay the agent's. What the agent asked for is checked before
+    anything is sent (adapters/waa/actions.py `check_action`): an unknown key name, a point off
+    the screen, an element the observed tree does not have, empty text. Such an action is a
+    failed step the agent sees, and the VM is not touched. pyautogui's fail-safe (the agent drove
+    the pointer into a screen corner) is one too. Code the agent wrote itself (an agent that
+    sends its own Python or shell commands) stays the agent's when it fails
+    (`classify_command_failure(..., authored_by="agent")`); no agent built in here sends code:
+    model text is data. After several failed steps in a row the episode ends as `agent_failure`.
 R4  `computer.*` unset is the harness's duty, not the agent's. WAA's `computer.mouse`,
     `.keyboard` and `.clipboard` are None until `/update_computer` runs in that server process
     (a fresh or restarted server, or a QEMU snapshot taken before any update). The adapter sends
@@ -35,6 +45,11 @@ R6  Setup: a server-side error (connection, 5xx) on a setup step is infrastructu
     2]`, or a launch that starts no new process or window: WAA's `/setup/launch` answers 200 for
     anything), a parameter the server does not support, a download URL the file host refuses
     (4xx). A download the host's network or the file host failed (5xx) is infrastructure.
+    A strict `activate_window` of a window that exists but that the server fails to bring to
+    the front (WAA's handler minimises and restores it, then `assert window.isActive`: a 500) is
+    not a failure: WAA's setup controller logs any non-200 answer and carries on, and so does
+    this one, after the call's retries (R10) and a non-strict check that the window still exists;
+    the step's note says so. A window that is gone by then is a `setup_failure`.
 R7  Deadlines: one deadline per observation call covers its retries (the accessibility tree's
     300 s is the total, not per try). An episode blocked in the environment past its hard limit
     is infrastructure (the server did not answer); an episode whose own soft limit passes between
@@ -43,8 +58,23 @@ R7  Deadlines: one deadline per observation call covers its retries (the accessi
 R8  The agent's model endpoint failing (connection, 5xx, throttling after the SDK's retries) is
     infrastructure, but of the agent's backend: the attempt is retried on the same VM.
 R9  Evaluation: a scored evaluation is `success` when the score is 1 and `agent_failure`
-    otherwise; a getter that could not reach the VM is infrastructure; a metric or task-data
-    error during evaluation is `evaluation_error`.
+    otherwise; a metric or task-data error during evaluation is `evaluation_error`. A getter
+    whose call the server failed for its own reasons (unreachable, dropped connection, past its
+    deadline, 5xx such as WAA's "timed out after 120 seconds") makes the attempt an
+    `infrastructure_error`: it is retried and never scored, even where WAA's getter would have
+    turned the failure into None and scored 0 (`classify_evaluation_call_error`). A 5xx naming a
+    file or program the VM does not have (`[WinError 2]`) is the task's data
+    (`evaluation_error`); a tree the agent made unreadable (R5) is read as WAA reads it. The
+    scoring option `waa-compat` (`SCORING_MODES`, recorded on the run as `runs.scoring`) keeps
+    WAA's own handling of a server's error answer during evaluation, for reproducing WAA's
+    numbers; a VM out of reach is infrastructure under both.
+R10 Retry what is safe to repeat. Reads (observations, files, yes/no checks), WAA's reset and
+    clean-up calls (`/setup/close_all`, `/setup/clear_task_files`), the read-only `tasklist`
+    that verifies launches, and window activation are retried with back-off on connection
+    errors and 5xx within their deadline before R1/R2 apply. Calls that act are not retried: a
+    launch, a task's setup commands, every agent action, and each piece of a long text (a
+    dropped connection mid-text may have typed part of it, so the attempt ends under R2 and the
+    task starts again from a fresh reset).
 
 Rates: the headline success rate counts only tasks whose environment was sound
 (`OutcomeKind.environment_was_sound`: infrastructure errors and setup failures are left out of
@@ -55,6 +85,7 @@ from __future__ import annotations
 
 import enum
 import re
+from typing import Literal
 
 import requests
 
@@ -133,6 +164,13 @@ def classify_action_error(error: WAAError) -> Fault:
     return Fault.ENVIRONMENT
 
 
+def classify_command_failure(authored_by: Literal["harness", "agent"]) -> Fault:
+    """A command that ran on the VM and failed (`/execute` answered 200 with a non-zero
+    returncode): R1 for code the harness translated from a checked action (the VM failed to carry
+    out a well-formed action: an OS error, a locked session), R3 for code the agent wrote."""
+    return Fault.AGENT if authored_by == "agent" else Fault.ENVIRONMENT
+
+
 def classify_tree_error(error: WAAError, agent_typed_control_characters: bool) -> Fault:
     """A failed /accessibility call: the agent's own doing only under R5, else R1."""
     if is_unreadable_tree(error) and agent_typed_control_characters:
@@ -175,6 +213,41 @@ def stage_timeout_outcome(stage: str, waiting_on_agent: bool) -> OutcomeKind:
     blocked on the WAA server (reset, setup, evaluate, or the environment inside an episode)
     is infrastructure."""
     return OutcomeKind.TIMEOUT if stage == "episode" and waiting_on_agent else OutcomeKind.INFRASTRUCTURE_ERROR
+
+
+Scoring = Literal["strict", "waa-compat"]
+"""How a server failure during evaluation counts (R9): "strict" (the default) makes the attempt
+an infrastructure error, never scored; "waa-compat" scores it as WAA's own evaluator does."""
+
+SCORING_MODES: dict[str, str] = {
+    "strict": "a server failure during evaluation is an infrastructure error, never scored",
+    "waa-compat": "a server's error answer during evaluation is scored as WAA scores it (mostly None, so 0)",
+}
+"""Every scoring mode and what it means, as reports show it beside a rate."""
+
+
+def scoring_text(mode: str | None) -> str:
+    """One line for reports, e.g. "scoring: strict (a server failure during evaluation is ...)";
+    runs recorded before the option existed say so (they scored such failures as WAA does)."""
+    if mode is None:
+        return "scoring: not recorded (run from before schema 7: a server error answer during evaluation was scored as WAA scores it)"
+    return f"scoring: {mode} ({SCORING_MODES.get(mode, 'unknown mode')})"
+
+
+def classify_evaluation_call_error(error: WAAError, agent_typed_control_characters: bool = False) -> Fault | None:
+    """A getter's failed call to the VM during evaluation (R9): ENVIRONMENT when the server
+    failed it for its own reasons (unreachable, dropped, deadline, 5xx), TASK_DATA when a 5xx
+    names a file or program the VM lacks, AGENT for a tree the agent made unreadable (R5), None
+    for an answer that carries the server's verdict (4xx: WAA's getter semantics apply)."""
+    if isinstance(error, WAAConnectionError):
+        return Fault.ENVIRONMENT
+    if not isinstance(error, WAAHTTPError) or error.status < 500:
+        return None
+    if is_unreadable_tree(error) and agent_typed_control_characters:
+        return Fault.AGENT
+    if _MISSING_ON_VM.search(error.message):
+        return Fault.TASK_DATA
+    return Fault.ENVIRONMENT
 
 
 def evaluation_error_outcome(error: BaseException) -> OutcomeKind | None:

@@ -19,9 +19,17 @@ mid-transition:
 - adaptive (the default on real VMs) for an agent that reads everything, and for a
   screenshot-only agent (Claude computer use: no tree, no window route).
 
+Second part, slow repaint (`--part repaint`): the local WAA environment in its slow-repaint mode
+(quirk `repaint_delay`: screen and accessibility tree show an action's effect only N seconds after
+it, as an application on a loaded VM without a GPU) and typing steps into Notepad, at repaint
+delays of 0, 0.8, 2 and 3 s, for the adaptive settle and WAA's fixed 3 s pause side by side: how
+many observations after a typing step did not show the typed text yet (stale: the tree's editor
+value, or a screenshot that differs from the screen once repainted) and the median step time.
+
 It prints numbers; it asserts nothing.
 
-    python bench/step_latency.py [--steps 10] [--seed 1]
+    python bench/step_latency.py [--steps 10] [--seed 1] [--part all|transitions|repaint] [--typing-steps 6]
+                                 [--repaint-delays 0,0.8,2,3]
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import requests  # noqa: E402
 from PIL import Image, ImageDraw  # noqa: E402
 
-from adapters.benchmark import ActionType, BenchmarkAction, ObservationNeeds  # noqa: E402
+from adapters.benchmark import ActionType, BenchmarkAction, BenchmarkTask, ObservationNeeds  # noqa: E402
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir  # noqa: E402
 from adapters.waa.client import WAAClient  # noqa: E402
 from adapters.waa.live import LiveAdapterSettings, WAALiveAdapter  # noqa: E402
@@ -206,12 +214,85 @@ def play(name: str, base_url: str, settings: LiveAdapterSettings, needs: Observa
     return Row(name, times, settles, mid)
 
 
+REPAINT_DELAYS = (0.0, 0.8, 2.0, 3.0)
+TYPED = ["Dear team, the quarterly ", "report is attached below; ", "please read it before ", "Friday's meeting at ten. ",
+         "Numbers: 42, 17 and 3.5% ", "growth (see table 2). Thanks!"]
+
+
+@dataclass
+class RepaintRow:
+    step_seconds: list[float]
+    stale: int
+
+
+def play_typing(base_url: str, policy: SettlePolicy, steps: int, delay: float) -> RepaintRow:
+    """Type `steps` pieces of text into Notepad through the adapter; count stale observations."""
+    task = BenchmarkTask(task_id="bench-notepad", instruction="type", domain="notepad",
+                         raw_config={"config": [{"type": "launch", "parameters": {"command": "notepad"}}]})
+    requests.post(base_url + "/sim/snapshot/load", json={"name": "initial"}, timeout=10)
+    with tempfile.TemporaryDirectory() as cache:
+        adapter = WAALiveAdapter(WAAClient(base_url), WAATaskCatalog(bundled_suite_dir()), Path(cache),
+                                 LiveAdapterSettings(settle=policy))
+        observation = adapter.reset(task)
+        editor = observation.accessibility_tree.find(role="Edit", name="Text Editor")
+        adapter.apply(BenchmarkAction(type=ActionType.CLICK, target_node_id=editor.node_id))
+        time.sleep(delay + 0.3)  # the click's repaint is not what is measured
+        adapter.observe()
+        typed, times, stale = "", [], 0
+        for i in range(steps):
+            text = TYPED[i % len(TYPED)]
+            typed += text
+            t0 = time.monotonic()
+            adapter.apply(BenchmarkAction(type=ActionType.TYPE, text=text))
+            adapter.settle()
+            observation = adapter.observe()
+            times.append(time.monotonic() - t0)
+            shown = observation.accessibility_tree.find(role="Edit", name="Text Editor").attributes.get("value")
+            time.sleep(max(0.0, delay + 0.3 - (time.monotonic() - t0)))  # until the screen has surely caught up
+            if shown != typed or observation.screenshot != requests.get(base_url + "/screenshot", timeout=10).content:
+                stale += 1
+        adapter.close()
+    return RepaintRow(times, stale)
+
+
+def repaint_part(steps: int, delays: tuple[float, ...] = REPAINT_DELAYS) -> None:
+    from adapters.waa.localenv.launcher import start_local_env
+
+    print(f"\nslow repaint (local WAA environment, quirk repaint_delay): {steps} typing steps into Notepad per cell")
+    print(f"{'repaint delay':<14} {'adaptive: stale':>16} {'median step':>12}   {'fixed 3 s: stale':>16} {'median step':>12}")
+    for delay in delays:
+        with tempfile.TemporaryDirectory() as root:
+            handle = start_local_env(Path(root), quirks=True, quirk_settings={
+                "ready_delay": 0, "accessibility_delay": 0, "launch_delay": 0, "failsafe": False,
+                "repaint_delay": delay})
+            try:
+                adaptive = play_typing(handle.base_url, SettlePolicy(), steps, delay)
+                fixed = play_typing(handle.base_url, SettlePolicy.fixed(3), steps, delay)
+            finally:
+                handle.stop()
+        print(f"{delay:>11.1f} s {adaptive.stale:>13}/{steps} {statistics.median(adaptive.step_seconds):>10.2f} s   "
+              f"{fixed.stale:>13}/{steps} {statistics.median(fixed.step_seconds):>10.2f} s", flush=True)
+    print("step = apply + settle + observe (tree and window read); stale = the observation did not show the typed "
+          "text yet (target: 0 up to 3 s for adaptive)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=10, help="actions per configuration")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--part", choices=["all", "transitions", "repaint"], default="all")
+    parser.add_argument("--typing-steps", type=int, default=6, help="typing steps per repaint delay and settle")
+    parser.add_argument("--repaint-delays", type=lambda v: tuple(float(x) for x in v.split(",")),
+                        default=REPAINT_DELAYS, help="comma-separated repaint delays in seconds (default 0,0.8,2,3)")
     args = parser.parse_args()
+    if args.part in ("all", "transitions"):
+        transitions_part(args)
+    if args.part in ("all", "repaint"):
+        repaint_part(args.typing_steps, args.repaint_delays)
 
+
+def transitions_part(args: argparse.Namespace) -> None:
+    """The first part: the timing server's late, multi-frame transitions after clicks."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

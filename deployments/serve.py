@@ -4,20 +4,30 @@
 
 registers and serves, until interrupted:
 
-    evaluate-suite/bundled-local            on demand (UI, CLI): the bundled suite, scripted agent,
-                                            local simulation; every SuiteRunConfig field can be
-                                            changed per run
-    nightly-baselines/nightly-baselines     every baseline of deployments/baselines.toml, on a
-                                            cron schedule (default "0 2 * * *" UTC)
+    evaluate-baseline/on-demand             on demand (UI, CLI, API): one baseline of the
+                                            baselines file, by name (default
+                                            scripted-bundled-local); a run id resumes that run
+    nightly-baselines/nightly-baselines     every baseline of the baselines file, on a cron
+                                            schedule (default "0 2 * * *" UTC)
     evaluate-model-update/on-model-update   triggered by a `model.updated` event for resource
-                                            "model.<name>": evaluates <name> against a baseline
+                                            "model.<name>": evaluates <name> against a baseline,
+                                            if the baseline's model_updates admit it
+
+A flow run's parameters are whatever its caller sends (anyone who reaches the Prefect API), so
+these flows take names only: a baseline, a run id, a model id and endpoint the baseline's
+allow-list admits. The baselines file, the store, suites, folders and the names of secrets'
+variables come from this process's environment and the baselines file.
 
 Settings (environment):
     ARENA_NIGHTLY_CRON       cron of nightly-baselines (default "0 2 * * *")
     ARENA_NIGHTLY_TIMEZONE   its IANA time zone (default "UTC"), e.g. "Europe/Berlin"
-    ARENA_BASELINES_FILE     baselines file passed to both baseline deployments
+    ARENA_BASELINES_FILE     the baselines file every served flow reads when it runs
                              (default deployments/baselines.toml)
-    ARENA_MODEL_BASELINE     baseline a model update is compared with (default scripted-bundled-local)
+    ARENA_MODEL_BASELINE     baseline a model update is compared with (default plan-replay-local, the
+                             shipped demo that calls the local plan-replay endpoint); on-model-update is
+                             not served when that baseline admits no model updates
+    ARENA_MODEL_UPDATE_EXPORT_DIR, ARENA_MODEL_UPDATE_EXPORT_FORMAT   where (and as what) a model
+                             update exports its new model's failed episodes
     ARENA_SERVE_LIMIT        at most this many flow runs at once in this process (default 4; 0 = no
                              limit). Runs beyond it wait. Runs at once share the results store
                              (adapters/store), so a model update need not wait for the nightly;
@@ -34,6 +44,7 @@ prefect.yaml instead (docs/deployments.md).
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 from prefect import serve
@@ -42,9 +53,17 @@ from prefect.events import DeploymentEventTrigger
 from prefect.schedules import Cron
 
 from deployments.health import keep_active
-from flows.baselines import DEFAULT_BASELINE, DEFAULT_BASELINES_FILE, evaluate_model_update, nightly_baselines
-from flows.evaluate_suite import evaluate_suite
-from flows.run_config import SuiteRunConfig
+from flows.baselines import (
+    DEFAULT_BASELINE,
+    DEFAULT_MODEL_BASELINE,
+    OperatorSettings,
+    evaluate_baseline,
+    evaluate_model_update,
+    find_baseline,
+    load_baselines,
+    nightly_baselines,
+    resolve_baselines_file,
+)
 from flows.notify import MODEL_UPDATED
 
 DEFAULT_CRON = "0 2 * * *"
@@ -61,12 +80,13 @@ MODEL_UPDATE_PARAMETERS = {
 
 
 def build_deployment() -> RunnerDeployment:
-    """The on-demand deployment of the bundled suite (kept out of the flow code)."""
-    return evaluate_suite.to_deployment(
-        name="bundled-local",
-        parameters={"config": SuiteRunConfig().model_dump(mode="json")},
-        description="Evaluate the bundled WAA suite on local simulation VMs.",
-        tags=["waa", "local-simulation"],
+    """The on-demand deployment: one baseline by name (kept out of the flow code)."""
+    return evaluate_baseline.to_deployment(
+        name="on-demand",
+        parameters={"baseline": DEFAULT_BASELINE},
+        description="Run one baseline of the baselines file by name (default: the bundled suite, scripted agent, "
+                    "local simulation); give run_id to resume a run.",
+        tags=["waa", "on-demand"],
     )
 
 
@@ -76,38 +96,56 @@ def build_nightly_deployment() -> RunnerDeployment:
     return nightly_baselines.to_deployment(
         name="nightly-baselines",
         schedules=[Cron(cron, timezone=timezone)],
-        parameters={"baselines_file": os.environ.get("ARENA_BASELINES_FILE", DEFAULT_BASELINES_FILE)},
         description=f"Run every baseline of the baselines file ({cron}, {timezone}).",
         tags=["waa", "baselines"],
     )
 
 
+def model_update_baseline() -> str:
+    """The baseline model updates are compared with (ARENA_MODEL_BASELINE)."""
+    return os.environ.get("ARENA_MODEL_BASELINE") or DEFAULT_MODEL_BASELINE
+
+
+def model_update_refusal() -> str | None:
+    """Why on-model-update cannot be served (its baseline admits no model updates, or is not in
+    the baselines file), or None."""
+    file = resolve_baselines_file(OperatorSettings.from_env().baselines_file)
+    try:
+        return find_baseline(load_baselines(file), model_update_baseline(), file).model_update_refusal()
+    except ValueError as exc:
+        return str(exc)
+
+
 def build_model_update_deployment() -> RunnerDeployment:
+    baseline = model_update_baseline()
     return evaluate_model_update.to_deployment(
         name="on-model-update",
-        parameters={
-            "baseline": os.environ.get("ARENA_MODEL_BASELINE", DEFAULT_BASELINE),
-            "baselines_file": os.environ.get("ARENA_BASELINES_FILE", DEFAULT_BASELINES_FILE),
-            # Where each new checkpoint's failures are exported for the next training round.
-            **({"export_failures": os.environ["ARENA_MODEL_UPDATE_EXPORT_DIR"]}
-               if os.environ.get("ARENA_MODEL_UPDATE_EXPORT_DIR") else {}),
-        },
+        parameters={"baseline": baseline},
         triggers=[
             DeploymentEventTrigger(
                 name="on-model-updated-event",
+                description=f"Each {MODEL_UPDATED} event for a resource model.<name> starts on-model-update: <name> "
+                            f"(at the event's endpoint) evaluated against baseline {baseline}",
                 expect={MODEL_UPDATED},
                 match={"prefect.resource.id": "model.*"},
                 parameters=MODEL_UPDATE_PARAMETERS,
             )
         ],
-        description="Evaluate a new model (from a model.updated event) against a baseline and compare.",
+        description=f"Evaluate a new model (from a {MODEL_UPDATED} event) against baseline {baseline} and compare.",
         tags=["waa", "model-update"],
     )
 
 
 def build_deployments() -> list[RunnerDeployment]:
-    """Every deployment this process serves."""
-    return [build_deployment(), build_nightly_deployment(), build_model_update_deployment()]
+    """Every deployment this process serves: on-model-update only when its baseline admits model
+    updates (a baseline whose agent calls no model cannot test one)."""
+    deployments = [build_deployment(), build_nightly_deployment()]
+    refusal = model_update_refusal()
+    if refusal is None:
+        deployments.append(build_model_update_deployment())
+    else:
+        print(f"on-model-update is not served: {refusal}", file=sys.stderr, flush=True)
+    return deployments
 
 
 def main() -> None:

@@ -14,21 +14,33 @@ Relative paths inside the baselines file (`suite`, `cloud_config`, `agent_option
 ...) are resolved against the directory of the baselines file; `db_path` and `artifacts_dir`,
 like in `arena run`, against the working directory of the process running the flow. A baseline
 without `store_url` uses $ARENA_STORE_URL (the team store) when set, else `db_path`.
+
+The flows a deployment serves take names, never configurations: anyone who can reach the
+Prefect API can start a flow run with any parameters, so a served flow's parameters are a
+baseline's name, a run id, and, for a model update, a model id and endpoint that the baseline's
+own `[baselines.model_updates]` allow-list admits. Everything else (the baselines file, the
+store, suites, folders, the names of secrets' variables) comes from the operator's
+configuration: the baselines file itself and the serving process's environment
+(`OperatorSettings`).
 """
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import create_markdown_artifact
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+from prefect.states import Cancelled, Completed, Failed, State
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from adapters.agents import AGENT_NAMES, AgentOptions, build_agent
+from adapters.agents import AGENT_NAMES, MODEL_AGENTS, AgentOptions, build_agent
 from adapters.results.compare import (
     RunComparison,
     compare_runs,
@@ -37,17 +49,24 @@ from adapters.results.compare import (
     stored_run_status,
 )
 from adapters.results.source import latest_completed_run as stored_latest_completed_run
+from adapters.secrets import redact_url, url_secret
 from adapters.store.duckdb_store import agent_config_hash
 from adapters.vms.base import ResetLevel
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from adapters.waa.settle import SettleChoice
-from flows.bookkeeping import best_effort
-from flows.evaluate_suite import run_suite
-from flows.run_config import SuiteRunConfig
+from flows.bookkeeping import best_effort, slug
+from flows.cancellation import cancellation_requested
+from flows.doctor import check_model
+from flows.evaluate_suite import flow_run_url, run_suite
+from flows.run_config import SAFE_RUN_ID, RunOutcome, SuiteRunConfig
+from flows.run_states import ended, run_state
 
 BASELINES_FILE_VERSION = 1
 DEFAULT_BASELINES_FILE = "deployments/baselines.toml"
 DEFAULT_BASELINE = "scripted-bundled-local"
+# The baseline a model update is compared with unless the operator names another
+# (ARENA_MODEL_BASELINE): the shipped one that calls a model (the plan-replay demo).
+DEFAULT_MODEL_BASELINE = "plan-replay-local"
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -55,6 +74,54 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 class BaselinesFileError(ValueError):
     """The baselines file is missing or invalid; the message names the file and the entry."""
+
+
+class ModelUpdateRefused(ValueError):
+    """A model update names a model or endpoint the baseline does not admit; one line naming
+    the baseline and what was refused."""
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """What only the operator chooses for served flows, read from the serving process's
+    environment when a run starts (never from a flow run's parameters)."""
+
+    baselines_file: str = DEFAULT_BASELINES_FILE  # ARENA_BASELINES_FILE
+    export_failures: str | None = None  # ARENA_MODEL_UPDATE_EXPORT_DIR: model updates' failures go here
+    export_format: Literal["trajectories", "sft"] = "trajectories"  # ARENA_MODEL_UPDATE_EXPORT_FORMAT
+
+    @classmethod
+    def from_env(cls) -> OperatorSettings:
+        fmt = os.environ.get("ARENA_MODEL_UPDATE_EXPORT_FORMAT", "trajectories")
+        if fmt not in ("trajectories", "sft"):
+            raise ValueError(f"ARENA_MODEL_UPDATE_EXPORT_FORMAT must be trajectories or sft, got {fmt!r}")
+        return cls(
+            baselines_file=os.environ.get("ARENA_BASELINES_FILE") or DEFAULT_BASELINES_FILE,
+            export_failures=os.environ.get("ARENA_MODEL_UPDATE_EXPORT_DIR") or None,
+            export_format=fmt,  # type: ignore[arg-type]
+        )
+
+
+_MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
+_CHECKPOINT = re.compile(r"^[\x21-\x7e]{1,500}$")  # printable, no spaces or control characters
+
+
+class ModelUpdates(BaseModel):
+    """Who may point a baseline's agent at a new model: the model ids (shell-style patterns) and
+    the endpoints (exact base URLs) a `model.updated` event or an API caller may name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[str] = Field(min_length=1)
+    endpoints: list[str] = Field(default_factory=list)
+
+    @field_validator("endpoints")
+    @classmethod
+    def _urls(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if not re.match(r"^https?://[^\s/@]+(/\S*)?$", url) or url_secret(url):
+                raise ValueError(f"endpoint {redact_url(url)!r} must be an http(s) base URL without credentials")
+        return [url.rstrip("/") for url in value]
 
 
 class Baseline(BaseModel):
@@ -88,6 +155,11 @@ class Baseline(BaseModel):
     db_path: Path = Path("results/arena.duckdb")
     store_url: str | None = None  # the team store (PostgreSQL URL, no password); None: $ARENA_STORE_URL
     artifacts_dir: Path = Path("results/artifacts")
+    # Which new models may be evaluated against this baseline (deployment on-model-update); None:
+    # none may (the baseline's agent calls no model, or the operator has not opened it).
+    model_updates: ModelUpdates | None = None
+    # Whether the nightly runs it (a baseline kept only for model updates may say false).
+    nightly: bool = True
 
     @field_validator("name")
     @classmethod
@@ -116,6 +188,41 @@ class Baseline(BaseModel):
 
     def suite_dir(self) -> Path:
         return bundled_suite_dir() if self.suite == "bundled" else Path(self.suite)
+
+    def model_update_refusal(self) -> str | None:
+        """Why no model update can be evaluated against this baseline (its agent calls no model,
+        or it has no allow-list), or None."""
+        where = f"baseline {self.name!r}"
+        if self.agent not in MODEL_AGENTS:
+            return (f"{where} runs the {self.agent!r} agent, which calls no model: a model update cannot be evaluated "
+                    f"with it (use a baseline whose agent is one of {', '.join(sorted(MODEL_AGENTS))})")
+        if self.model_updates is None:
+            return (f"{where} admits no model updates: the operator lists the model ids and endpoints it may be "
+                    "pointed at under [baselines.model_updates] in the baselines file")
+        return None
+
+    def check_model_update(self, model: Any, endpoint: Any, checkpoint: Any) -> None:
+        """Refuse (`ModelUpdateRefused`, one line naming this baseline) a model update this
+        baseline's allow-list does not admit: a model id no pattern matches, an endpoint not
+        listed, a malformed checkpoint label."""
+        where = f"baseline {self.name!r}"
+        closed = self.model_update_refusal()
+        if closed is not None:
+            raise ModelUpdateRefused(closed)
+        assert self.model_updates is not None
+        if not isinstance(model, str) or not _MODEL_ID.match(model):
+            raise ModelUpdateRefused(f"{where}: model id {model!r:.120} is not a model name")
+        if not any(fnmatch.fnmatchcase(model, pattern) for pattern in self.model_updates.models):
+            raise ModelUpdateRefused(
+                f"{where}: model {model!r} matches none of the admitted models {self.model_updates.models}"
+            )
+        if endpoint is not None and str(endpoint).rstrip("/") not in self.model_updates.endpoints:
+            raise ModelUpdateRefused(
+                f"{where}: endpoint {redact_url(str(endpoint))!r:.200} is not one of the admitted endpoints "
+                f"{self.model_updates.endpoints or '(none: the baseline keeps its own)'}"
+            )
+        if checkpoint is not None and (not isinstance(checkpoint, str) or not _CHECKPOINT.match(checkpoint)):
+            raise ModelUpdateRefused(f"{where}: checkpoint {checkpoint!r:.120} must be printable text without spaces")
 
 
 def _resolve(path: Path | None, base: Path) -> Path | None:
@@ -169,6 +276,11 @@ def load_baselines(path: str | Path) -> list[Baseline]:
             raise BaselinesFileError(f"{file}: {label}: {problems}") from None
         if baseline.name in seen:
             raise BaselinesFileError(f"{file}: {label}: duplicate name {baseline.name!r}")
+        if baseline.model_updates is not None and baseline.agent not in MODEL_AGENTS:
+            raise BaselinesFileError(
+                f"{file}: {label}: model_updates on the {baseline.agent!r} agent, which calls no model; "
+                f"only {', '.join(sorted(MODEL_AGENTS))} can be pointed at a new model"
+            )
         seen.add(baseline.name)
         options = baseline.agent_options
         baseline = baseline.model_copy(
@@ -202,8 +314,8 @@ def find_baseline(baselines: Iterable[Baseline], name: str, file: str | Path = "
     return by_name[name]
 
 
-def baseline_config(baseline: Baseline, run_id: str | None = None) -> SuiteRunConfig:
-    """The suite run a baseline stands for."""
+def baseline_config(baseline: Baseline, run_id: str | None = None, trigger: str = "nightly") -> SuiteRunConfig:
+    """The suite run a baseline stands for, started by `trigger` (nightly, on-demand, model-update)."""
     return SuiteRunConfig(
         suite_dir=baseline.suite_dir(),
         difficulty=baseline.difficulty,
@@ -227,6 +339,7 @@ def baseline_config(baseline: Baseline, run_id: str | None = None) -> SuiteRunCo
         artifacts_dir=baseline.artifacts_dir,
         run_id=run_id,
         baseline=baseline.name,
+        trigger=trigger,  # type: ignore[arg-type]
     )
 
 
@@ -241,7 +354,7 @@ def model_update_config(
 
     The checkpoint, when announced, is recorded with the run (runs.model_checkpoint).
     """
-    config = baseline_config(baseline, run_id)
+    config = baseline_config(baseline, run_id, trigger="model-update")
     update: dict[str, Any] = {"model": model}
     if endpoint:
         update["base_url"] = endpoint
@@ -252,11 +365,6 @@ def model_update_config(
             "baseline": None,  # a run of the new model, not of the baseline
         }
     )
-
-
-def slug(text: str) -> str:
-    """Lowercase letters, digits and dashes (Prefect artifact keys allow nothing else)."""
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
 
 
 # --- DuckDB reads ----------------------------------------------------------------------------
@@ -290,26 +398,16 @@ def latest_completed_run(
 # --- flows -----------------------------------------------------------------------------------
 
 
-def _field(obj: Any, name: str) -> Any:
-    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
-
-
-def _baseline_run_name() -> str:
-    """baseline-model-suite, e.g. `scripted-bundled-local-default-bundled_suite`."""
-    from prefect.runtime import flow_run
-
-    params = flow_run.parameters
-    config = params.get("config")
-    model = _field(_field(config, "agent_options"), "model")
-    suite = Path(str(_field(config, "suite_dir") or "")).name
-    return f"{_field(params.get('baseline'), 'name')}-{model or 'default'}-{suite}"
-
-
-@flow(name="baseline-run", flow_run_name=_baseline_run_name)
-def baseline_run(baseline: Baseline, config: SuiteRunConfig) -> str:
-    """One baseline's (or one model's) suite run, named baseline-model-suite; returns the run id."""
+def _run_baseline(config: SuiteRunConfig) -> RunOutcome:
+    """One baseline's (or one model's) evaluation as a subflow of the calling flow, linked from the
+    calling flow's page (its state, counts and a link to the evaluation's own page)."""
     outcome = run_suite(config)
-    return outcome.run_id
+    url = flow_run_url(outcome.flow_run_id) if outcome.flow_run_id else None
+    if url:
+        best_effort("linking the evaluation from its parent run", lambda: create_link_artifact(
+            link=url, link_text=f"{config.baseline or config.agent_options.model or config.agent}: run {outcome.run_id}",
+            description=f"{outcome.status}: {run_state(outcome).message}"))
+    return outcome
 
 
 def _nightly_run_name() -> str:
@@ -322,33 +420,85 @@ def _nightly_run_name() -> str:
     return f"nightly-{when.astimezone(timezone.utc):%Y-%m-%d-%H%M}utc"
 
 
-@flow(name="nightly-baselines", flow_run_name=_nightly_run_name)
-def nightly_baselines(baselines_file: str = DEFAULT_BASELINES_FILE) -> dict[str, str]:
-    """Run every baseline of the file, one after the other; returns run ids by baseline name.
+def _run_id_parameter(run_id: str | None) -> str | None:
+    """A run id a caller names (to resume it): the same safe names `arena run --run-id` takes."""
+    if run_id is not None and not SAFE_RUN_ID.fullmatch(run_id):
+        raise ValueError(f"run id {run_id!r:.80} may hold only letters, digits, '.', '_' and '-'")
+    return run_id
 
-    A failing baseline does not stop the others; the flow fails at the end if any failed.
+
+def _on_demand_run_name() -> str:
+    """on-demand-<baseline>, e.g. `on-demand-scripted-bundled-local`."""
+    from prefect.runtime import flow_run
+
+    return f"on-demand-{flow_run.parameters.get('baseline', DEFAULT_BASELINE)}"
+
+
+@flow(name="evaluate-baseline", flow_run_name=_on_demand_run_name)
+def evaluate_baseline(baseline: str = DEFAULT_BASELINE, run_id: str | None = None) -> State:
+    """Run one baseline of the operator's baselines file by name (deployment `on-demand`); with
+    `run_id`, resume that run of it. Ends in the evaluation's own state (Completed, Failed or
+    Cancelled, what happened first in its message), its outcome as data.
+
+    A caller chooses only which configured baseline runs; its configuration, store and folders
+    are the operator's (the baselines file named by ARENA_BASELINES_FILE)."""
+    settings = OperatorSettings.from_env()
+    file = resolve_baselines_file(settings.baselines_file)
+    chosen = find_baseline(load_baselines(file), baseline, file)
+    return run_state(_run_baseline(baseline_config(chosen, _run_id_parameter(run_id), trigger="on-demand")))
+
+
+@flow(name="nightly-baselines", flow_run_name=_nightly_run_name)
+def nightly_baselines() -> State:
+    """Run every baseline of the operator's baselines file (ARENA_BASELINES_FILE), one after the
+    other, each as a subflow linked from this run's page.
+
+    A baseline that fails or ends incomplete does not stop the others; the night then ends
+    Failed ("Incomplete night: ..." or "Failed night: ..."), each baseline's status and missing
+    tasks in its message and in a table on this run's page, so Prefect's failure notifications
+    and automations fire. A
+    cancellation (of this run or of a baseline's evaluation) stops the night: Cancelled.
     """
     logger = get_run_logger()
-    baselines = load_baselines(baselines_file)
-    run_ids: dict[str, str] = {}
-    failed: dict[str, str] = {}
+    baselines = [b for b in load_baselines(OperatorSettings.from_env().baselines_file) if b.nightly]
+    outcomes: dict[str, RunOutcome] = {}
+    errors: dict[str, str] = {}
     for baseline in baselines:
         try:
-            run_ids[baseline.name] = baseline_run(baseline, baseline_config(baseline))
+            outcomes[baseline.name] = _run_baseline(baseline_config(baseline, trigger="nightly"))
         except Exception as exc:  # noqa: BLE001 - reported below, the other baselines still run
             logger.error("baseline %s failed: %s", baseline.name, exc)
-            failed[baseline.name] = str(exc)
-    logger.info("nightly baselines: %d completed, %d failed", len(run_ids), len(failed))
-    if failed:
-        raise RuntimeError(f"{len(failed)} of {len(baselines)} baselines failed: {', '.join(failed)}")
-    return run_ids
+            errors[baseline.name] = " ".join(str(exc).split())[:300]
+        stopped = outcomes.get(baseline.name)
+        if (stopped is not None and stopped.stopped_by is not None) or cancellation_requested():
+            break
+    lines = [f"{name}: {o.status}" + (f" ({o.completeness.missing} of {o.completeness.selected} missing)"
+                                       if o.completeness and o.completeness.missing else "")
+             for name, o in outcomes.items()] + [f"{name}: failed ({error})" for name, error in errors.items()]
+    not_run = [b.name for b in baselines if b.name not in outcomes and b.name not in errors]
+    lines += [f"{name}: not run" for name in not_run]
+    table = [{"baseline": line.split(":", 1)[0], "result": line.split(":", 1)[1].strip()} for line in lines]
+    best_effort("publishing the night's table", lambda: create_table_artifact(
+        key="waa-nightly", table=table, description="The night's baselines, each linked above"))
+    run_ids = {name: o.run_id for name, o in outcomes.items()}
+    message = "; ".join(lines)
+    if any(o.stopped_by is not None for o in outcomes.values()) or (not_run and cancellation_requested()):
+        return ended(Cancelled, f"Cancelled night: {message}", run_ids)
+    bad = [name for name, o in outcomes.items() if o.status != "completed"] + list(errors)
+    logger.info("nightly baselines: %d of %d completed", len(baselines) - len(bad), len(baselines))
+    if bad:
+        logger.warning("nightly baselines: not completed: %s", message)
+        headline = "Failed night" if errors else "Incomplete night"
+        return ended(Failed, f"{headline}: {len(bad)} of {len(baselines)} baselines not completed: {message}",
+                     run_ids)
+    return ended(Completed, message, run_ids)
 
 
 def _model_update_run_name() -> str:
     from prefect.runtime import flow_run
 
     params = flow_run.parameters
-    return f"model-update-{params.get('model')}-vs-{params.get('baseline', DEFAULT_BASELINE)}"
+    return f"model-update-{slug(str(params.get('model')))}-vs-{slug(str(params.get('baseline', DEFAULT_MODEL_BASELINE)))}"
 
 
 @flow(name="evaluate-model-update", flow_run_name=_model_update_run_name)
@@ -356,48 +506,60 @@ def evaluate_model_update(
     model: str,
     endpoint: str | None = None,
     checkpoint: str | None = None,
-    baseline: str = DEFAULT_BASELINE,
-    baselines_file: str = DEFAULT_BASELINES_FILE,
-    run_baseline_if_missing: bool = True,
-    export_failures: str | None = None,
-    export_format: Literal["trajectories", "sft"] = "trajectories",
-) -> RunComparison:
+    baseline: str = DEFAULT_MODEL_BASELINE,
+) -> State:
     """Evaluate a new model with a baseline's agent and suite, and compare it with the baseline.
 
-    The agent options' `model` (and `base_url`, when `endpoint` is given) are replaced. The
-    comparison is against the latest completed run of the baseline's own configuration in the
-    same DuckDB file; when there is none, the baseline is run first (unless
-    `run_baseline_if_missing` is false, then the flow fails). The comparison (per-domain rates
-    with intervals, flips, and the exact McNemar verdict) is published as the markdown artifact
-    `model-update-<baseline>` (one version per evaluated model).
+    `model` and `endpoint` must be admitted by the baseline's `[baselines.model_updates]` in the
+    operator's baselines file (otherwise the run is refused before any VM starts, naming the
+    baseline). The agent options' `model` (and `base_url`, when `endpoint` is given) are
+    replaced. The comparison is against the latest completed run of the baseline's own
+    configuration in the same store; when there is none, the baseline is run first. The
+    comparison (per-domain rates with intervals, flips, and the exact McNemar verdict) is
+    published as the markdown artifact `model-update-<baseline>` (one version per model).
 
-    With `export_failures` (a directory), the new run's failed episodes (agent failures and
-    timeouts: the model's own) are exported there as `<dir>/<new run id>` in `export_format`
-    for the next training round, and the artifact links the export. Held-out tasks are never
-    exported (the artifact says so instead).
+    With ARENA_MODEL_UPDATE_EXPORT_DIR set where the flow runs, the new run's failed episodes
+    (agent failures and timeouts: the model's own) are exported there as `<dir>/<new run id>`
+    (ARENA_MODEL_UPDATE_EXPORT_FORMAT: trajectories or sft) for the next training round, and the
+    artifact links the export. Held-out tasks are never exported (the artifact says so instead).
     """
+    try:
+        comparison = run_model_update(model, endpoint, checkpoint, baseline, OperatorSettings.from_env())
+    except ModelUpdateRefused as refused:
+        # A refusal is the caller's input, not a crash: one line, no traceback, and a Failed
+        # state (so failure notifications still fire).
+        get_run_logger().error("model update refused: %s", refused)
+        return Failed(message=f"Refused: {refused}")
+    return model_update_state(comparison)
+
+
+def run_model_update(
+    model: str, endpoint: str | None, checkpoint: str | None, baseline: str, settings: OperatorSettings
+) -> RunComparison:
+    """The model update's work, with the operator's settings given (see `evaluate_model_update`)."""
     logger = get_run_logger()
-    file = resolve_baselines_file(baselines_file)
+    file = resolve_baselines_file(settings.baselines_file)
     chosen = find_baseline(load_baselines(file), baseline, file)
-    reference = baseline_config(chosen)
+    chosen.check_model_update(model, endpoint, checkpoint)
+    reference = baseline_config(chosen, trigger="model-update")
     new_config = model_update_config(chosen, model, endpoint, checkpoint=checkpoint)
     logger.info(
         "model update: %s (endpoint %s, checkpoint %s) against baseline %s", model, endpoint, checkpoint, chosen.name
     )
+    # The endpoint must answer and serve the model before any VM starts (arena doctor's check).
+    unreachable = [c for c in check_model(new_config.agent, new_config.resolved_agent_options()) if not c.ok]
+    if unreachable:
+        raise ModelUpdateRefused(f"baseline {chosen.name!r}: {unreachable[0].detail}; nothing was run")
 
     baseline_run_id = latest_completed_run(reference.store_location, reference)
     if baseline_run_id is None:
-        if not run_baseline_if_missing:
-            raise RuntimeError(
-                f"no completed run of baseline {chosen.name!r} in {reference.store_location}; "
-                "run the nightly baselines first"
-            )
         logger.info("no completed run of baseline %s yet; running it first", chosen.name)
-        baseline_run_id = baseline_run(chosen, reference)
+        baseline_run_id = _run_baseline(reference).run_id
     else:
         logger.info("comparing with baseline run %s", baseline_run_id)
 
-    new_run_id = baseline_run(chosen, new_config)
+    new_outcome = _run_baseline(new_config)
+    new_run_id = new_outcome.run_id
     comparison = compare_runs(
         final_attempts(reference.store_location, baseline_run_id),
         final_attempts(new_config.store_location, new_run_id),
@@ -406,10 +568,14 @@ def evaluate_model_update(
         baseline_status=stored_run_status(reference.store_location, baseline_run_id),
         new_status=stored_run_status(new_config.store_location, new_run_id),
     )
+    comparison.withheld = _verdict_withheld(new_outcome, new_config)
+    if comparison.withheld:
+        logger.warning("no verdict for %s: %s", model, comparison.withheld)
     title = f"{model} vs baseline {chosen.name}" + (f" (checkpoint {checkpoint})" if checkpoint else "")
     markdown = comparison_markdown(comparison, title)
-    if export_failures:
-        markdown += "\n\n" + _export_failures(new_config, new_run_id, Path(export_failures), export_format)
+    if settings.export_failures:
+        markdown += "\n\n" + _export_failures(new_config, new_run_id, Path(settings.export_failures),
+                                              settings.export_format)
     best_effort(
         "publishing the comparison artifact",
         lambda: create_markdown_artifact(
@@ -421,6 +587,27 @@ def evaluate_model_update(
     logger.info("verdict: %s (p = %s)", comparison.verdict, comparison.p_value)
     logger.info("comparison\n%s", markdown)
     return comparison
+
+
+def model_update_state(comparison: RunComparison) -> State:
+    """Completed with the verdict, or Failed ("No verdict: ...") when the new model's run cannot give one
+    (so Prefect's failure notifications fire); the comparison as data."""
+    if comparison.withheld:
+        return ended(Failed, f"No verdict: {comparison.withheld}", comparison)
+    return ended(Completed, f"verdict: {comparison.verdict}", comparison)
+
+
+def _verdict_withheld(outcome: RunOutcome, config: SuiteRunConfig) -> str | None:
+    """Why the new model's run can give no verdict (it did not finish, or never reached the
+    model), or None."""
+    if outcome.status != "completed":
+        missing = outcome.completeness.missing if outcome.completeness else "some"
+        return f"the new model's run {outcome.run_id} is {outcome.status} ({missing} task(s) without a final result)"
+    calls = sum(r.usage.calls for r in outcome.results if r.usage is not None)
+    if outcome.results and calls == 0:
+        return (f"the new model's run {outcome.run_id} never reached the model at "
+                f"{config.agent_options.base_url or 'its endpoint'} (0 model calls)")
+    return None
 
 
 def _export_failures(config: SuiteRunConfig, run_id: str, directory: Path, fmt: str) -> str:

@@ -11,6 +11,7 @@ given up. None of them may turn a finished evaluation into a failed one.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -80,3 +81,8 @@ def _release(slots: object, *exc_info: object) -> None:
     except Exception as exc:  # noqa: BLE001 - see pool_slots
         warn(f"could not release the pool's concurrency slots (they expire with their lease): "
              f"{type(exc).__name__}: {exc}")
+
+
+def slug(text: str) -> str:
+    """Lowercase letters, digits and dashes (Prefect artifact keys allow nothing else)."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"

@@ -6,19 +6,25 @@ server given (answers /probe), the agent's model endpoint (its API key variable 
 endpoint answers a model listing with that key), and with --provider aws|azure the cloud
 (credentials, sizes and quota, image and its tags, the controller's egress address inside
 controller_cidr, a warm pool's ports). Nothing is written or created anywhere.
+
+It also lists the local Prefect servers `arena run` started that are still running (found from
+their processes, so a server whose home was deleted shows too), and stops them when asked.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from adapters.agents import AgentOptions
+from adapters.agents.prompting import MODELS_EXTRA, AgentConfigError, model_sdk
 from adapters.checks import Check
-from adapters.store.duckdb_store import SCHEMA_VERSION, ResultStore
-from adapters.store.errors import StoreError
+from adapters.store.duckdb_store import SCHEMA_VERSION, ResultStore, verify_store
+from adapters.store.errors import StoreDamaged, StoreError
 from adapters.vms.base import VMProvider
 from adapters.vms.cloud_checks import DEFAULT_EGRESS_URL, aws_checks, azure_checks, check_egress, check_ports
+from flows.local_server import RunningServer, find_running_servers, stop_running
 
 
 def check_store(location: Path | str) -> Check:
@@ -34,6 +40,10 @@ def check_store(location: Path | str) -> Check:
     try:
         with ResultStore(location, read_only=True) as store:
             version, writable = store.schema_version(), store.can_write()
+        # Every block read once, so DuckDB checks every checksum (a file cut short or corrupted).
+        rows = verify_store(location) if isinstance(location, Path) else None
+    except StoreDamaged as exc:
+        return Check(where, False, str(exc), "restore the file from a copy, or move it aside (a new one is created)")
     except StoreError as exc:
         return Check(where, False, str(exc), "see the message: start the server, fix the credentials "
                      "(PGPASSWORD or ~/.pgpass), or upgrade the package for a newer schema")
@@ -41,7 +51,65 @@ def check_store(location: Path | str) -> Check:
     if not writable:
         return Check(where, False, f"{shown} is readable but this user may not add results",
                      "grant INSERT on task_results and steps (PostgreSQL) or fix the file's permissions")
-    return Check(where, True, f"{shown} answers, schema version {version} (this code: {SCHEMA_VERSION}), writable")
+    intact = f", all {rows} rows read back intact" if rows is not None else ""
+    return Check(where, True, f"{shown} answers, schema version {version} (this code: {SCHEMA_VERSION}), "
+                              f"writable{intact}")
+
+
+def check_prefect_auth(api_url: str) -> Check | None:
+    """A warning when the Prefect API at `api_url` (or its port on this machine's network
+    address) answers without authentication: anyone who reaches it can start runs of the
+    served deployments, cancel runs, or read every run's parameters. None when it is closed."""
+    import urllib.parse
+
+    import requests
+
+    parts = urllib.parse.urlsplit(api_url)
+    host = parts.hostname or ""
+    candidates = [api_url]
+    if _loopback(host):
+        # A server started with --host 0.0.0.0 answers on this machine's own address too.
+        address = _own_address()
+        if address:
+            netloc = f"{address}:{parts.port}" if parts.port else address
+            candidates.append(urllib.parse.urlunsplit(parts._replace(netloc=netloc)))
+    for url in candidates:
+        if _loopback(urllib.parse.urlsplit(url).hostname or ""):
+            continue
+        try:
+            answer = requests.post(f"{url.rstrip('/')}/deployments/filter", json={"limit": 1}, timeout=5)
+        except requests.RequestException:
+            continue
+        if answer.status_code == 200:
+            return Check("prefect auth", True, f"{url} answers API calls without authentication: anyone who reaches it "
+                         "can start runs of the served deployments and read runs' parameters",
+                         "set PREFECT_SERVER_API_AUTH_STRING=user:password where the server runs and "
+                         "PREFECT_API_AUTH_STRING (the same) for every client, or bind it to 127.0.0.1", warning=True)
+    return None
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _own_address() -> str | None:
+    """This machine's address on its default route (no packet is sent), or None."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: only picks the outgoing interface
+            address = probe.getsockname()[0]
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address
 
 
 def check_prefect(api_url: str | None, deployments: list[str]) -> list[Check]:
@@ -60,6 +128,9 @@ def check_prefect(api_url: str | None, deployments: list[str]) -> list[Check]:
         return [Check("prefect", False, f"{api_url} does not answer: {type(exc).__name__}: {exc}",
                       "start it (prefect server start) or correct PREFECT_API_URL")]
     checks = [Check("prefect", True, f"{api_url} answers")]
+    open_api = check_prefect_auth(api_url)
+    if open_api is not None:
+        checks.append(open_api)
     for name, status in statuses.items():
         if status is None:
             checks.append(Check(f"deployment {name}", False, "not registered",
@@ -72,8 +143,8 @@ def check_prefect(api_url: str | None, deployments: list[str]) -> list[Check]:
     return checks
 
 
-def check_waa_server(url: str) -> Check:
-    """A WAA server answers /probe."""
+def check_waa_server(url: str, arena: str = "arena") -> Check:
+    """A WAA server answers /probe (`arena`: the command as the user runs it, for the hint)."""
     from adapters.waa.client import WAAClient
 
     client = WAAClient(url)
@@ -84,7 +155,8 @@ def check_waa_server(url: str) -> Check:
     if answers:
         return Check(f"WAA server {url}", True, "answers /probe")
     return Check(f"WAA server {url}", False, "does not answer /probe",
-                 f"start its VM or server, open port 5000 to this host, or check it layer by layer: arena probe {url}")
+                 "start its VM or server, open port 5000 to this host, or check it layer by layer: "
+                 f"{arena} probe {url}")
 
 
 # Agents that call a model API, and which API.
@@ -105,14 +177,14 @@ def check_model(agent: str, options: AgentOptions) -> list[Check]:
         return [Check(name, False, f"the API key variable {key_env} is unset or empty",
                       f"export {key_env}=... (the key itself never goes on the command line)")]
     try:
+        sdk = model_sdk(backend)
+    except AgentConfigError as exc:
+        return [Check(name, False, str(exc).split(";")[0], f"pip install -e '.[{MODELS_EXTRA}]'")]
+    try:
         if backend == "openai":
-            import openai
-
-            client = openai.OpenAI(api_key=key or "EMPTY", base_url=options.base_url, max_retries=0, timeout=15)
+            client = sdk.OpenAI(api_key=key or "EMPTY", base_url=options.base_url, max_retries=0, timeout=15)
         else:
-            import anthropic
-
-            client = anthropic.Anthropic(api_key=key, base_url=options.base_url, max_retries=0, timeout=15)
+            client = sdk.Anthropic(api_key=key, base_url=options.base_url, max_retries=0, timeout=15)
         models = [m.id for m in client.models.list()]
     except Exception as exc:  # noqa: BLE001 - whatever failed is the answer; the key is never printed
         detail = f"{client_url(backend, options.base_url)} did not list models: {type(exc).__name__}"
@@ -133,11 +205,13 @@ def client_url(backend: str, base_url: str | None) -> str:
 
 
 def check_cloud(provider_name: str, cloud_config: Path | None, pool_size: int, warm_pool: str | None = None,
-                egress_url: str = DEFAULT_EGRESS_URL, provider: VMProvider | None = None) -> list[Check]:
+                egress_url: str = DEFAULT_EGRESS_URL, provider: VMProvider | None = None,
+                arena: str = "arena") -> list[Check]:
     """The cloud checks of `provider_name` (adapters/vms/cloud_checks.py): credentials, sizes and
     quota, image, the controller's egress address against controller_cidr, and, given a warm pool,
     that its running VMs accept connections on the ports this product uses. `provider` is a test
-    hook (a provider built with test endpoints); otherwise it is built from the cloud config."""
+    hook (a provider built with test endpoints); otherwise it is built from the cloud config.
+    `arena` is the command as the user runs it, for the hints."""
     from adapters.vms.registry import ProviderSettings, build_provider
     from adapters.vms.warm_pool import pool_resource_id
 
@@ -166,8 +240,59 @@ def check_cloud(provider_name: str, cloud_config: Path | None, pool_size: int, w
             else:
                 if not vms:
                     checks.append(Check(f"warm pool {warm_pool}", False, "has no VMs",
-                                        f"arena pool up --provider {provider_name} --name {warm_pool} --size N"))
+                                        f"{arena} pool up --provider {provider_name} --name {warm_pool} --size N"))
                 checks += check_ports(vms, ports)
         return checks
     finally:
         provider.close()
+
+
+LOCAL_SERVERS = "Local Prefect servers started by arena run"
+_HOME_NOTES = {"in place": "", "deleted": " (deleted)", "another server's": " (now another server's)",
+               "no record": " (no record: starting or stopping)", "unknown": ""}
+
+
+def local_server_lines(servers: list[RunningServer], now: float | None = None, arena: str = "arena") -> list[str]:
+    """A heading that says how to stop them (with `arena`, the command as the user runs it), then
+    one line per running local server: port, age (at `now`, default the current time), home (and
+    whether it is still there), pids, and whether it will stop by itself."""
+    now = time.time() if now is None else now
+    if not servers:
+        return [f"{LOCAL_SERVERS}: none running"]
+    lines = [f"{LOCAL_SERVERS} ({len(servers)}; stop them with: {arena} doctor --stop-local-servers [PORT ...]):"]
+    for server in servers:
+        home = f"home {server.home}{_HOME_NOTES[server.home_state]}" if server.home else "home unknown"
+        pids = "/".join(str(ref.pid) for ref in (server.supervisor, server.server) if ref)
+        if server.supervisor is None:
+            fate = "NO SUPERVISOR: it never stops by itself"
+        elif server.home_state == "in place":
+            fate = "stops once idle"
+        else:
+            fate = "stops once no run uses it"
+        lines.append(f"  port {server.port or '?'}  up {_age(now - server.started)}  {home}  pid {pids}  {fate}")
+    return lines
+
+
+def stop_local_servers(ports: list[int]) -> tuple[list[str], bool]:
+    """Stop the running local servers on `ports` (all of them when empty), whoever uses them.
+    Returns a line per server (or per port with no server) and whether every one was stopped."""
+    servers = find_running_servers()
+    chosen = [s for s in servers if not ports or s.port in ports]
+    missing = sorted(set(ports) - {s.port for s in servers})
+    lines = [f"no local Prefect server of arena run runs on port {port}" for port in missing]
+    if not ports and not servers:
+        lines.append(f"{LOCAL_SERVERS}: none running")
+    ok = not missing
+    for server in chosen:
+        stopped = stop_running(server)
+        ok = ok and stopped
+        lines.append(f"{'stopped' if stopped else 'could NOT stop'} the server on port {server.port or '?'} "
+                     f"(home {server.home or 'unknown'})")
+    return lines, ok
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"

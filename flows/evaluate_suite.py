@@ -23,10 +23,14 @@ controller.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import flow, get_client, get_run_logger, tags
+from prefect.context import FlowRunContext
+from prefect.flow_engine import run_flow
+from prefect.states import State
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.exceptions import TerminationSignal
 from prefect.task_runners import ThreadPoolTaskRunner
@@ -35,17 +39,22 @@ from adapters.agents import build_agent
 from adapters.results.metrics import compute_run_metrics
 from adapters.benchmark import BenchmarkResult
 from adapters.store.duckdb_store import ResultStore, selection_change
+from adapters.store.errors import StoreUnavailable, error_text
+from adapters.store.lease import Controller, Heartbeat
+from adapters.store.recorder import RecorderClose
+from adapters.store.spool import ResultSpool, drain_spool, spool_dir
 from adapters.vms.janitor import sweep_run
 from adapters.vms.registry import build_provider
 from adapters.vms.warm_pool import WarmPool
-from adapters.waa.catalog import WAATaskCatalog
-from flows.bookkeeping import best_effort
+from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
+from flows.bookkeeping import best_effort, slug
 from flows.budget import RunBudget
-from flows.cancellation import cancellation_requested, stop_when_cancelled
+from flows.cancellation import cancellation_requested, watch_cancellation
 from flows.pool_engine import PoolRunRequest, evaluate_on_pool
 from flows.progress import RunProgress
 from flows.provenance import run_info
-from flows.run_config import RunOutcome, SuiteRunConfig, new_run_id
+from flows.run_config import STORE_FAILED, RunOutcome, SuiteRunConfig, new_run_id
+from flows.run_states import outcome_of, run_state
 from flows.summary import (
     RunCompleteness,
     format_summary,
@@ -57,12 +66,28 @@ from flows.summary import (
 
 
 def _flow_run_name() -> str:
-    """Runs are named by agent, model and suite in the Prefect UI, e.g. waa-openai-qwen-ft-3-bundled_suite."""
+    """Runs are named by how they started and their run id, which tells them apart, e.g.
+    `ad-hoc-20261125-141345-a84240` or `nightly-scripted-bundled-local-20261125-020000-1f2e3d`."""
     from prefect.runtime import flow_run
 
-    config = SuiteRunConfig.model_validate(flow_run.parameters["config"])
-    model = f"-{config.agent_options.model}" if config.agent_options.model else ""
-    return f"waa-{config.agent}{model}-{Path(config.suite_dir).name}-{config.provider}"
+    return run_name(SuiteRunConfig.model_validate(flow_run.parameters["config"]))
+
+
+def run_name(config: SuiteRunConfig) -> str:
+    """The flow run name of an evaluation: its trigger, its baseline when it is one, its run id."""
+    baseline = f"{config.baseline}-" if config.baseline else ""
+    return f"{config.trigger}-{baseline}{config.run_id or 'new'}"
+
+
+def run_tags(config: SuiteRunConfig) -> list[str]:
+    """The tags every flow run of an evaluation carries, to find it in the UI and the API."""
+    suite = "bundled" if Path(config.suite_dir) == bundled_suite_dir() else Path(config.suite_dir).name
+    tags = ["waa", f"trigger:{config.trigger}", f"agent:{config.agent}", f"suite:{suite}", f"provider:{config.provider}"]
+    if config.baseline:
+        tags.append(f"baseline:{config.baseline}")
+    if config.agent_options.model:
+        tags.append(f"model:{config.agent_options.model}")
+    return tags
 
 
 def _delete_run_resources(flow: Any, run: Any, state: Any) -> None:
@@ -94,8 +119,17 @@ def _delete_run_resources(flow: Any, run: Any, state: Any) -> None:
     on_cancellation=[_delete_run_resources],
     on_crashed=[_delete_run_resources],
 )
-def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
-    """Evaluate the configured suite and agent; results land in DuckDB as each task finishes."""
+def evaluate_suite(config: SuiteRunConfig) -> State:
+    """Evaluate the configured suite and agent; results land in the store as each task finishes.
+    Ends in the state that says what happened (flows/run_states.py), the RunOutcome as its data."""
+    outcome = _evaluate(config)
+    context = FlowRunContext.get()
+    if context is not None and context.flow_run is not None:
+        outcome.flow_run_id = str(context.flow_run.id)
+    return run_state(outcome)
+
+
+def _evaluate(config: SuiteRunConfig) -> RunOutcome:
     logger = get_run_logger()
     run_id = config.run_id or new_run_id()
     catalog = WAATaskCatalog(
@@ -108,13 +142,23 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
     provider = build_provider(config.provider, config.provider_settings(run_id))
     environment = provider.environment
 
+    controller = Controller.this_process()
+    spool = ResultSpool(spool_dir(config.artifacts_dir, run_id))
     with ResultStore(config.store_location) as store:
+        stored = store.get_run(run_id)
+        info = run_info(config, run_id, catalog, [t.task_id for t in tasks], agent_config, provider)
+        if stored is not None and len(spool):
+            # Results an earlier controller of this run could not store: written first, so
+            # they count as done (it took the lease: no one else writes this run meanwhile).
+            store.start_run(info, resume=True, change_selection=config.change_selection, controller=controller)
+            written, left = drain_spool(spool, lambda results: store.record_results(run_id, results))
+            logger.warning("run %s: wrote %d result(s) an earlier controller left in its spool %s%s", run_id, written,
+                           spool.directory, f"; {left} could not be written" if left else "")
+            stored = store.get_run(run_id)
         finished = store.finished_task_ids(run_id) & {t.task_id for t in tasks}
         todo = [t for t in tasks if t.task_id not in finished]
-        stored = store.get_run(run_id)
         if finished:
             logger.info("Resuming run %s: %d of %d tasks already have final results", run_id, len(finished), len(tasks))
-        info = run_info(config, run_id, catalog, [t.task_id for t in tasks], agent_config, provider)
         if (stored is not None and stored.status == "completed" and not todo and not config.change_selection
                 and selection_change(run_id, stored.selected_task_ids, info.selected_task_ids or []) is None):
             # Resuming a finished run: nothing to do, and its record (finish time) stays as it is.
@@ -122,16 +166,22 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
             provider.close()
             completeness = run_completeness(store, run_id, tasks, RunBudget.for_run(config, store, run_id))
             return _summarize(config, run_id, len(tasks), environment, store, completeness, [], [], [])
-        store.start_run(info, resume=stored is not None, change_selection=config.change_selection)
+        store.start_run(info, resume=stored is not None, change_selection=config.change_selection,
+                        controller=controller)
         budget = RunBudget.for_run(config, store, run_id)
         progress = RunProgress(
-            run_id, len(tasks), len(tasks) - len(todo), config.artifacts_dir / run_id / "progress.json"
+            run_id, len(tasks), len(tasks) - len(todo), config.artifacts_dir / run_id / "progress.json",
+            scoring=config.scoring, cost=budget.cost_usd,
         )
         status = "failed"
         shard_errors: list[str] = []
         request = PoolRunRequest(config, run_id, catalog, provider, agent_options, store, budget, progress)
+        store_failure: str | None = None
+        results: list[BenchmarkResult] = []
+        stopped_by: str | None = None
+        completeness: RunCompleteness | None = None
         try:
-            with stop_when_cancelled():
+            with watch_cancellation(request.cancelled), Heartbeat(lambda: store.heartbeat(run_id, controller)):
                 if config.shards:
                     # Imported here: flows.shard runs this flow's engine on worker hosts and
                     # imports from this package; the shard path is the rarer one.
@@ -142,18 +192,69 @@ def evaluate_suite(config: SuiteRunConfig) -> RunOutcome:
                 else:
                     results = evaluate_on_pool(request, todo)
             completeness = run_completeness(store, run_id, tasks, budget)
-            status = completeness.status
-        except (KeyboardInterrupt, TerminationSignal):
-            # Ctrl-C, a Prefect cancellation or another SIGTERM: recorded attempts stand and a
-            # resume finishes the run.
-            status = "cancelled" if cancellation_requested() else "interrupted"
-            raise
+            if request.unstored is not None:
+                store_failure = request.unstored.outage or "the store did not take every result"
+                status = STORE_FAILED
+            elif request.cancelled.is_set():
+                status, stopped_by = "cancelled", "prefect"
+            else:
+                status = completeness.status
+        except StoreUnavailable as exc:
+            # The store failed outside the recorder (reading the run back at its end): results
+            # the recorder could not store are in the spool; the run ends as a store failure.
+            store_failure, status = error_text(exc), STORE_FAILED
+        except (KeyboardInterrupt, TerminationSignal) as stop:
+            # Ctrl-C, a runner stopping a cancelled run, another SIGTERM: recorded attempts stand
+            # and a resume finishes the run. The flow ends in Cancelled, never Crashed.
+            cancelled = cancellation_requested()
+            status = "cancelled" if cancelled else "interrupted"
+            stopped_by = "prefect" if cancelled else "ctrl-c" if isinstance(stop, KeyboardInterrupt) else "sigterm"
+            completeness = best_effort("counting the run's results", lambda: run_completeness(store, run_id, tasks, budget),
+                                       retry_for=0)
         finally:
-            store.finish_run(run_id, status)
+            try:
+                store.finish_run(run_id, status)
+            except StoreUnavailable as exc:
+                # The run's row stays `running`; its controller's heartbeat stops, so reports show
+                # it abandoned, and `arena run --run-id` resumes it.
+                logger.error("run %s: its final status (%s) could not be stored: %s", run_id, status, error_text(exc))
+                store_failure = store_failure or error_text(exc)
+                status = STORE_FAILED
             progress.finish(status)
+        if status == STORE_FAILED:
+            return _store_failed(config, run_id, store, store_failure or "unknown", request.unstored, results)
+        if stopped_by is not None:
+            return _stopped(run_id, store, status, stopped_by, results, completeness)
         return _summarize(
             config, run_id, len(tasks), environment, store, completeness, results, request.problems, shard_errors
         )
+
+
+def _stopped(run_id: str, store: ResultStore, status: str, stopped_by: str, results: list[BenchmarkResult],
+             completeness: RunCompleteness | None) -> RunOutcome:
+    """The end of a run someone stopped (Ctrl-C, SIGTERM, Prefect's Cancel): the attempts recorded
+    so far stand, and a resume (`--run-id`) finishes the run."""
+    how = {"prefect": "cancelled from Prefect", "ctrl-c": "interrupted (Ctrl-C)", "sigterm": "stopped (SIGTERM)"}
+    line = f"run {run_id} was {how[stopped_by]}; attempts recorded so far are kept"
+    get_run_logger().warning("%s", line)
+    return RunOutcome(run_id=run_id, store=store.location, results=results, table=line, status=status,
+                      completeness=completeness, stopped_by=stopped_by)
+
+
+def _store_failed(
+    config: SuiteRunConfig, run_id: str, store: ResultStore, cause: str, unstored: RecorderClose | None,
+    results: list[BenchmarkResult],
+) -> RunOutcome:
+    """The end of a run whose store failed: no summary (the store cannot be read back), one line
+    saying why and what waits where, and how to finish the run."""
+    spooled = len(unstored.spooled) if unstored else 0
+    lost = len(unstored.lost) if unstored else 0
+    where = spool_dir(config.artifacts_dir, run_id)
+    line = (f"the results store failed ({cause})" + (f"; {spooled} finished result(s) wait in {where}" if spooled else "")
+            + (f"; {lost} result(s) could not be written anywhere (their tasks run again)" if lost else ""))
+    get_run_logger().error("run %s: %s", run_id, line)
+    return RunOutcome(run_id=run_id, store=store.location, results=results, table=line, status=STORE_FAILED,
+                      store_failure=cause, spooled=spooled, lost=lost)
 
 
 def _summarize(
@@ -173,11 +274,13 @@ def _summarize(
             run_id, completeness.status, completeness.missing, completeness.selected,
         )
     description = f"WAA run {run_id}: {config.agent} agent on {selected} tasks ({environment}), {completeness.status}"
-    rows = summary_rows(summary, completeness)
+    rows = summary_rows(summary, completeness, config.vm_hour_price_usd)
+    # One series per baseline (its nights side by side in the UI's artifact history), else per run.
+    series = slug(config.baseline or run_id)
     best_effort("publishing the summary table artifact",
-                lambda: create_table_artifact(key="waa-run-summary", table=rows, description=description))
+                lambda: create_table_artifact(key=f"waa-summary-{series}", table=rows, description=description))
     best_effort("publishing the summary report artifact",
-                lambda: create_markdown_artifact(key="waa-run-summary-report", markdown=markdown, description=description))
+                lambda: create_markdown_artifact(key=f"waa-report-{series}", markdown=markdown, description=description))
     return RunOutcome(
         run_id=run_id,
         store=store.location,
@@ -190,10 +293,57 @@ def _summarize(
     )
 
 
-def run_suite(config: SuiteRunConfig) -> RunOutcome:
-    """Run the flow with a task runner sized to the pool (the run id is fixed up front, so the
-    cancellation hook can find the run's cloud resources by tag)."""
+# The deployment `arena run`'s flow runs belong to. Nothing serves it (its runs execute in the
+# `arena run` process that creates them, and it is paused so no one starts one from the UI);
+# it is there because Prefect's UI offers Cancel only on runs of a deployment.
+ARENA_RUN_DEPLOYMENT = "arena-run"
+
+
+def run_suite(config: SuiteRunConfig, announce: Callable[[str], None] | None = None) -> RunOutcome:
+    """Run the evaluation with a task runner sized to the pool and return its outcome (the run
+    id is fixed up front, so the cancellation hook can find the run's cloud resources by tag).
+
+    Inside another flow (a baseline, the nightly) it is that flow's subflow. On its own (`arena
+    run`) it is a run of the `evaluate-suite/arena-run` deployment executed in this process, so
+    the Prefect UI can cancel it; `announce` is then given its page's URL before it starts."""
     if config.run_id is None:
         config = config.model_copy(update={"run_id": new_run_id()})
-    runner = ThreadPoolTaskRunner(max_workers=config.pool_size)
-    return evaluate_suite.with_options(task_runner=runner)(config)
+    flow = evaluate_suite.with_options(task_runner=ThreadPoolTaskRunner(max_workers=config.pool_size))
+    if FlowRunContext.get() is not None:
+        with tags(*run_tags(config)):
+            return outcome_of(flow(config, return_state=True))
+    with get_client(sync_client=True) as client:
+        flow_run = client.create_flow_run_from_deployment(
+            _arena_run_deployment(), parameters={"config": config.model_dump(mode="json")}, tags=run_tags(config),
+            name=run_name(config),
+        )
+    if announce is not None:
+        url = flow_run_url(flow_run.id)
+        if url:
+            announce(url)
+    return outcome_of(run_flow(flow, flow_run=flow_run, parameters={"config": config}, return_type="state"))
+
+
+def flow_run_url(flow_run_id: Any) -> str | None:
+    """The flow run's page in the Prefect UI of the current server, or None when unknown."""
+    from prefect.settings import PREFECT_UI_URL
+
+    base = PREFECT_UI_URL.value()
+    return f"{str(base).rstrip('/')}/runs/flow-run/{flow_run_id}" if base else None
+
+
+_deployments: dict[str, Any] = {}
+
+
+def _arena_run_deployment() -> Any:
+    """The id of `evaluate-suite/arena-run` on the current Prefect server, registered on first use."""
+    from prefect.settings import PREFECT_API_URL
+
+    server = str(PREFECT_API_URL.value())
+    if server not in _deployments:
+        _deployments[server] = evaluate_suite.to_deployment(
+            name=ARENA_RUN_DEPLOYMENT, paused=True, tags=["waa"],
+            description="Runs started by `arena run` (executed in that process; nothing serves this deployment, "
+                        "and it is paused). Start runs with `arena run`, not from here.",
+        ).apply()
+    return _deployments[server]

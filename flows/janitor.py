@@ -21,7 +21,7 @@ def janitor(providers: list[str] | None = None, cloud_config: Path | None = None
     """Sweep each configured provider (default: every provider with a settings section)."""
     logger = get_run_logger()
     settings = load_cloud_settings(cloud_config)
-    names = providers or [name for name in ("aws", "azure") if getattr(settings, name) is not None]
+    names = providers or [name for name in ("aws", "azure", "kvm") if getattr(settings, name) is not None]
     if not names:
         logger.warning("no cloud provider is configured: nothing to sweep")
     summaries = []

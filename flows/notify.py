@@ -20,6 +20,8 @@ from prefect.events import Event
 from prefect.events.clients import PrefectEventsClient
 from prefect.settings import PREFECT_API_URL
 
+from adapters.secrets import refuse_url_secret
+
 MODEL_UPDATED = "model.updated"
 
 
@@ -27,6 +29,8 @@ def model_updated_event(model: str, endpoint: str | None, checkpoint: str | None
     """The event's name, resource and payload (what emit_event sends, and what curl should POST)."""
     if not model or not model.strip():
         raise ValueError("model must not be empty")
+    if endpoint:
+        refuse_url_secret(endpoint, "--endpoint", "leave it out: the baseline's api_key_env names the key's variable")
     return {
         "event": MODEL_UPDATED,
         "resource": {"prefect.resource.id": f"model.{model}", "prefect.resource.name": model},
@@ -57,3 +61,26 @@ def notify_model_updated(model: str, endpoint: str | None = None, checkpoint: st
 
     asyncio.run(send())
     return str(event.id)
+
+
+def deployments_started_by(event_name: str = MODEL_UPDATED) -> list[str]:
+    """The deployments ("flow/deployment") that enabled automations on the server at
+    PREFECT_API_URL start when `event_name` arrives, each with the parameters it sets."""
+    from prefect.client.orchestration import get_client
+
+    started: list[str] = []
+    with get_client(sync_client=True) as client:
+        for automation in client.read_automations():
+            expect = getattr(automation.trigger, "expect", None) or set()
+            if not automation.enabled or event_name not in expect:
+                continue
+            for action in automation.actions:
+                deployment_id = getattr(action, "deployment_id", None)
+                if deployment_id is None:
+                    continue
+                deployment = client.read_deployment(deployment_id)
+                flow = client.read_flow(deployment.flow_id)
+                baseline = (deployment.parameters or {}).get("baseline")
+                started.append(f"{flow.name}/{deployment.name}" + (f" (baseline {baseline})" if baseline else "")
+                               + (" [paused]" if deployment.paused else ""))
+    return started

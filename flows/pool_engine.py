@@ -32,6 +32,7 @@ engine on their own hosts.
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -44,13 +45,14 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound, TerminationSignal
-from prefect.states import Completed, State
+from prefect.states import State
 
 from adapters.agents import AgentOptions, build_agent
-from adapters.benchmark import BenchmarkResult, BenchmarkTask, OutcomeKind
+from adapters.benchmark import BenchmarkResult, BenchmarkTask
 from adapters.episode import EpisodeLimits
 from adapters.store.duckdb_store import ResultStore
-from adapters.store.recorder import ResultRecorder
+from adapters.store.recorder import RecorderClose, ResultRecorder
+from adapters.store.spool import ResultSpool, spool_dir
 from adapters.vms.base import ProviderError, VMHandle, VMProvider
 from adapters.vms.janitor import sweep_run
 from adapters.vms.pool import VMPool
@@ -61,7 +63,8 @@ from flows.attempt import AttemptContext, run_attempt
 from flows.bookkeeping import best_effort, pool_slots, warn
 from flows.budget import RunBudget
 from flows.progress import RunProgress
-from flows.run_config import SuiteRunConfig
+from flows.run_config import SuiteRunConfig, store_wait_seconds
+from flows.run_states import final_result, outcome_state
 from flows.scheduling import AttemptHooks, Schedule, WorkQueue, attempt_loop, lane_loop, longest_first
 from tasks.provision import provision_pool
 
@@ -72,9 +75,9 @@ from tasks.provision import provision_pool
 # the teardown.
 STOP_GRACE_SECONDS = 30.0
 TERMINATION_GRACE_SECONDS = 10.0
-# How long the end of a run waits for results still being stored (the store's own retries
-# included) before it reports them as not stored.
-RECORDER_FLUSH_SECONDS = 60.0
+# How long the end of a run waits for results still being stored (a store that is down comes
+# back within it: nothing is lost) before it ends the run as a store failure, the results safe
+# in the run's spool for the next `arena run --run-id`.
 
 
 @dataclass
@@ -99,6 +102,10 @@ class PoolRunRequest:
     expected_seconds: dict[str, float] | None = None
     first_attempts: dict[str, int] | None = None
     problems: list[str] = field(default_factory=list)
+    # Results the store had not taken when the pool finished (safe in the spool, or lost), and why.
+    unstored: RecorderClose | None = None
+    # Set when the run is cancelled from Prefect (flows/cancellation.py): the lanes stop.
+    cancelled: threading.Event = field(default_factory=threading.Event)
 
 
 @contextmanager
@@ -165,34 +172,6 @@ def _delete_limit(name: str) -> None:
             pass  # a retry after the server did delete it
 
 
-# The name each outcome gives the evaluate-task run in the Prefect UI: a person scanning the run
-# list sees at once which tasks failed and why (the state stays Completed: the task ran; a red
-# Failed state is kept for the controller's own trouble).
-OUTCOME_STATE_NAMES: dict[OutcomeKind, str] = {
-    OutcomeKind.SUCCESS: "Success",
-    OutcomeKind.AGENT_FAILURE: "Agent failure",
-    OutcomeKind.SETUP_FAILURE: "Setup failure",
-    OutcomeKind.EVALUATION_ERROR: "Evaluation error",
-    OutcomeKind.INFRASTRUCTURE_ERROR: "Infrastructure error",
-    OutcomeKind.TIMEOUT: "Timeout",
-}
-
-
-def outcome_state(result: BenchmarkResult | None) -> State | None:
-    """A task's last result as a Completed state named by its outcome (see OUTCOME_STATE_NAMES)."""
-    if result is None:
-        return None
-    message = f"{result.outcome.value} on {result.vm_id or 'no VM'} (attempt {result.attempt})"
-    if result.error or result.reason:
-        message += f": {(result.error or result.reason or '')[:300]}"
-    return Completed(data=result, name=OUTCOME_STATE_NAMES[result.outcome], message=message)
-
-
-def final_result(value: State | BenchmarkResult | None) -> BenchmarkResult | None:
-    """The result inside what `attempt_task` returned (a state, or the result when called bare)."""
-    return value.result() if isinstance(value, State) else value
-
-
 @dataclass(frozen=True)
 class Lanes:
     """What every lane of one pool shares: the queue, the pool, the recorder and the limits."""
@@ -208,8 +187,18 @@ class Lanes:
     def schedule(self) -> Schedule:
         """The part of this the scheduling core (flows/scheduling.py) works with."""
         return Schedule(
-            work=self.work, pool=self.pool, max_attempts=self.max_attempts, budget=self.budget
+            work=self.work, pool=self.pool, max_attempts=self.max_attempts, budget=self.budget,
+            may_start=self.store_has_room,
         )
+
+    def store_has_room(self) -> bool:
+        """Wait while the store is down and a pool's worth of results wait for it; False (and
+        no task starts any more) when it stays down past the outage wait."""
+        room = self.recorder.wait_for_room(self.pool.size, stop=lambda: self.work.closed,
+                                           max_wait=store_wait_seconds().outage)
+        if not room:
+            self.work.close()
+        return room
 
 
 @task(name="attempt", task_run_name="attempt {attempt} on {vm.vm_id}", cache_policy=NO_CACHE, persist_result=False)
@@ -316,7 +305,7 @@ def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[BenchmarkTask], resour
             cache_dir=Path(cache_dir),
             artifacts_dir=config.artifacts_dir / r.run_id,
             adapter_settings=LiveAdapterSettings(settle=config.settle_policy(provider.settle), flavor=flavor,
-                                                 initial_state_check=flavor == "waa-v2"),
+                                                 initial_state_check=flavor == "waa-v2", scoring=config.scoring),
             stage_timeouts=config.stage_timeouts,
         )
         try:
@@ -333,12 +322,17 @@ def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[BenchmarkTask], resour
         first_attempts = r.store.next_attempts(r.run_id)
         for task_id, number in (r.first_attempts or {}).items():
             first_attempts[task_id] = max(number, first_attempts.get(task_id, 1))
+        if r.progress is not None:  # a task whose last attempt fails is done too (out of retries)
+            r.progress.expect_attempts({t.task_id: first_attempts.get(t.task_id, 1) + config.max_attempts - 1
+                                        for t in todo})
         lanes = Lanes(
             work=WorkQueue(longest_first(todo, expected), first_attempts),
             pool=pool,
             attempt=ctx,
-            # Progress counts a result once it is stored, as reports will show it.
-            recorder=ResultRecorder(r.store, r.run_id, on_stored=r.progress.recorded if r.progress else None),
+            # Progress counts a result once it is stored, as reports will show it; a result the
+            # store cannot take waits in the run's spool (adapters/store/spool.py).
+            recorder=ResultRecorder(r.store, r.run_id, spool=ResultSpool(spool_dir(config.artifacts_dir, r.run_id)),
+                                    on_stored=r.progress.recorded if r.progress else None),
             max_attempts=config.max_attempts,
             budget=r.budget,
         )
@@ -347,34 +341,55 @@ def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[BenchmarkTask], resour
                 with pool_slots(limit_name, pool.size):
                     futures = [run_lane.submit(lane, lanes) for lane in range(pool.size)]
                     try:
-                        by_id = {result.task_id: result for f in futures for result in f.result()}
+                        _wait_for_lanes(lanes, futures, r.cancelled)
                     except (KeyboardInterrupt, TerminationSignal) as stop:
-                        _stop_lanes(lanes, futures, stop)
+                        _stop_lanes(lanes, futures, "Ctrl-C" if isinstance(stop, KeyboardInterrupt) else "SIGTERM")
                         raise
+                    # Every lane, unless a cancellation stopped them (their results are stored anyway).
+                    by_id = {result.task_id: result for f in futures if _done(f) for result in f.result()}
         finally:
-            _close_recorder(lanes.recorder, r.problems)
+            r.unstored = _close_recorder(lanes.recorder, r.problems)
         _report_pool_problems(pool, r.problems)
     return [by_id[t.task_id] for t in todo if t.task_id in by_id]
 
 
-def _close_recorder(recorder: ResultRecorder, problems: list[str]) -> None:
-    """Wait for the attempts still being stored (before the summary reads them back); results
-    that could not be stored go to the run's problems, and their tasks count as missing."""
-    if not recorder.close(RECORDER_FLUSH_SECONDS):
-        problems.append(f"{recorder.pending} result(s) were still being stored after {RECORDER_FLUSH_SECONDS:g} s")
+def _close_recorder(recorder: ResultRecorder, problems: list[str]) -> RecorderClose | None:
+    """Wait for the attempts still being stored (before the summary reads them back). Results
+    the store refused for their content go to the run's problems (their tasks count as
+    missing); results an outage kept from the store are returned (the run then ends as a store
+    failure), None when everything was stored."""
+    closed = recorder.close(store_wait_seconds().flush)
     problems.extend(unstored.describe() for unstored in recorder.failed)
-    if recorder.failed or recorder.pending:
-        get_run_logger().error("the store did not take every result; the run counts those tasks as missing")
+    if recorder.failed:
+        get_run_logger().error("the store refused %d result(s); the run counts those tasks as missing",
+                               len(recorder.failed))
+    return None if closed.complete else closed
 
 
-def _stop_lanes(lanes: Lanes, futures: list[Any], stop: BaseException) -> None:
-    """Ctrl-C or SIGTERM: start nothing new, give running attempts a grace period to end and be
-    recorded, then abandon the rest; the caller tears the pool down and lets the run stop."""
+def _wait_for_lanes(lanes: Lanes, futures: list[Any], cancelled: threading.Event) -> None:
+    """Wait until every lane has ended, or until the run is cancelled from Prefect (the UI's
+    Cancel, `prefect flow-run cancel`, on this run or a flow run above it): then stop the lanes
+    as SIGTERM does (no new task; running attempts get their grace period)."""
+    while not all(_done(f) for f in futures):
+        if cancelled.wait(0.5):
+            _stop_lanes(lanes, futures, "cancelled from Prefect")
+            return
+
+
+def _done(future: Any) -> bool:
+    """Whether a lane's future has ended (its thread's own future: the server may learn of the
+    task run's end only later, or never, from a server without background services)."""
+    return bool(future.wrapped_future.done())
+
+
+def _stop_lanes(lanes: Lanes, futures: list[Any], why: str) -> None:
+    """Ctrl-C, SIGTERM or a cancellation: start nothing new, give running attempts a grace period
+    to end and be recorded, then abandon the rest; the caller tears the pool down."""
     lanes.work.close()
-    grace = STOP_GRACE_SECONDS if isinstance(stop, KeyboardInterrupt) else TERMINATION_GRACE_SECONDS
+    grace = STOP_GRACE_SECONDS if why == "Ctrl-C" else TERMINATION_GRACE_SECONDS
     get_run_logger().warning(
         "stopping (%s): no new task starts; waiting up to %g s for %d running attempt(s)",
-        "Ctrl-C" if isinstance(stop, KeyboardInterrupt) else "SIGTERM", grace, lanes.work.running,
+        why, grace, lanes.work.running,
     )
     deadline = time.monotonic() + grace
     for f in futures:

@@ -8,6 +8,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,60 +18,97 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from adapters.benchmark import BenchmarkResult, OutcomeKind
 from adapters.results.stats import wilson_interval
-from flows.bookkeeping import best_effort, warn
+from flows.bookkeeping import best_effort, slug, warn
 
 
 class RunProgress:
-    """Final results so far, shown as a Prefect progress artifact and a side file.
+    """Tasks done so far, shown as a Prefect progress artifact (one per run) and a side file.
 
-    Both say what a person watching wants to know while the run goes: tasks done of selected,
-    success so far with its Wilson interval, infrastructure errors, model cost and tokens, and
-    an estimate of the time left (from this invocation's pace). The artifact is updated from a
-    background thread (lanes never wait on the Prefect API; updates queued behind a slow one
-    collapse into the newest), and its failures are logged, never raised: progress reporting
-    must not fail or stall a run.
+    Both say what a person watching wants to know while the run goes: tasks done of selected
+    (a task is done when its last attempt is final or its retries are used up), success so far
+    with its Wilson interval, infrastructure errors by task (and by attempt), cost so far (model
+    and VM) and tokens, and an estimate of the time left from this invocation's pace, cleared
+    once the run ends. The artifact is updated from a background thread (lanes never wait on the
+    Prefect API; updates queued behind a slow one collapse into the newest), and its failures are
+    logged, never raised: progress reporting must not fail or stall a run.
     """
 
-    ARTIFACT_KEY = "waa-run-progress"
+    ARTIFACT_PREFIX = "waa-progress"
 
-    def __init__(self, run_id: str, selected: int, final: int, side_file: Path | None) -> None:
+    def __init__(self, run_id: str, selected: int, final: int, side_file: Path | None, scoring: str = "strict",
+                 cost: Callable[[], float] | None = None) -> None:
         self.run_id = run_id
+        self.scoring = scoring  # shown beside the rate when it is not the strict default
         self.selected = selected
-        self.final = final
+        self.final = final  # tasks whose last attempt is final
+        self.retries_exhausted = 0  # tasks whose retries are used up (no final result)
         self.attempts = 0
         self.successes = 0  # among `scored`
         self.scored = 0  # results of this invocation whose environment was sound (rates.py)
-        self.infrastructure_errors = 0  # attempts, retried or not
-        self.cost_usd = 0.0
+        self.infrastructure_errors = 0  # attempts
+        self.infrastructure_tasks: set[str] = set()  # tasks with at least one such attempt
+        self.model_cost_usd = 0.0
         self.tokens = 0
         self.side_file = side_file
         self.status = "running"
+        self._cost = cost  # the run's cost so far, model and VM (the budget's reckoning)
+        self._last_attempt: dict[str, int] = {}  # per task: the attempt after which it is done
         self._started = time.monotonic()
-        self._final_at_start = final  # a resumed run's earlier results do not set the pace
+        self._done_at_start = final  # a resumed run's earlier results do not set the pace
         self._lock = threading.Lock()
         self._artifact_id: Any = None
         self._publisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="progress-artifact")
+        # The Prefect settings (the API URL of the run's server) live in context variables of the
+        # flow's thread; `recorded` is called from the recorder's thread, which has none, and a
+        # Prefect call without them starts a temporary server of its own.
+        self._context = contextvars.copy_context()
         self._publish_queued = False
         try:
             self._artifact_id = create_progress_artifact(
-                progress=self._percent(), key=self.ARTIFACT_KEY, description=self._description()
+                progress=self._percent(), key=self.artifact_key(), description=self._description()
             )
         except Exception as exc:  # noqa: BLE001 - see class docstring
             warn(f"progress artifact not created: {exc}")
         self._write_side_file()
 
+    def artifact_key(self) -> str:
+        """The progress artifact's key: one series per run (keys allow lowercase, digits, '-')."""
+        return f"{self.ARTIFACT_PREFIX}-{slug(self.run_id)}"
+
+    def expect_attempts(self, last_attempts: dict[str, int]) -> None:
+        """Per task, the attempt number after which it is done even when it failed (its retries
+        are used up): set once the pool knows where each task's attempts start."""
+        with self._lock:
+            self._last_attempt = dict(last_attempts)
+
+    @property
+    def done(self) -> int:
+        """Tasks that have ended: a final result, or retries used up."""
+        return self.final + self.retries_exhausted
+
     def _percent(self) -> float:
-        return 100.0 * self.final / self.selected if self.selected else 100.0
+        return 100.0 * self.done / self.selected if self.selected else 100.0
 
     def eta_seconds(self) -> float | None:
-        """Seconds left at this invocation's pace so far; None before the first final result."""
-        done = self.final - self._final_at_start
-        if done <= 0:
+        """Seconds left at this invocation's pace so far; None before the first task ended and
+        once the run has ended."""
+        done = self.done - self._done_at_start
+        if done <= 0 or self.status != "running":
             return None
-        return (time.monotonic() - self._started) / done * max(0, self.selected - self.final)
+        return (time.monotonic() - self._started) / done * max(0, self.selected - self.done)
+
+    def cost_usd(self) -> float:
+        """Cost so far: the run's reckoning of model and VM cost when given, else the model's."""
+        if self._cost is not None:
+            try:
+                return float(self._cost())
+            except Exception:  # noqa: BLE001 - progress must not fail the run
+                pass
+        return self.model_cost_usd
 
     def _description(self) -> str:
-        return f"WAA run {self.run_id}: " + progress_line(self.snapshot())
+        # The UI's card shows about the first 40 characters: what matters comes first.
+        return progress_line(self.snapshot())
 
     def snapshot(self) -> dict[str, Any]:
         """The numbers of the side file (and of the artifact's description)."""
@@ -80,38 +118,46 @@ class RunProgress:
             "run_id": self.run_id,
             "status": self.status,
             "selected": self.selected,
+            "done": self.done,
             "final": self.final,
+            "retries_exhausted": self.retries_exhausted,
             "attempts_recorded": self.attempts,
             "successes": self.successes,
             "scored": self.scored,
             "success_ci95": list(ci) if ci else None,
+            "scoring": self.scoring,
             "infrastructure_errors": self.infrastructure_errors,
-            "cost_usd": round(self.cost_usd, 6),
+            "infrastructure_error_tasks": len(self.infrastructure_tasks),
+            "cost_usd": round(self.cost_usd(), 6),
+            "model_cost_usd": round(self.model_cost_usd, 6),
             "tokens": self.tokens,
             "eta_seconds": None if eta is None else round(eta, 1),
             "updated_at": datetime.now(timezone.utc).isoformat(),
         }
 
     def recorded(self, result: BenchmarkResult) -> None:
-        """Count one recorded attempt (and one more final result if its outcome is final)."""
+        """Count one recorded attempt: one more task done when its outcome is final or it was the
+        task's last attempt."""
         with self._lock:
             self.attempts += 1
             if result.outcome is OutcomeKind.INFRASTRUCTURE_ERROR:
                 self.infrastructure_errors += 1
+                self.infrastructure_tasks.add(result.task_id)
             if not result.outcome.is_retryable:
                 self.final += 1
+            elif result.attempt >= self._last_attempt.get(result.task_id, 10**9):
+                self.retries_exhausted += 1
             if result.outcome.environment_was_sound:  # the headline rate's denominator (rates.py)
                 self.scored += 1
                 self.successes += int(result.success)
             if result.usage is not None:
-                self.cost_usd += result.usage.cost_usd
+                self.model_cost_usd += result.usage.cost_usd
                 self.tokens += result.usage.input_tokens + result.usage.output_tokens
             self._write_side_file()
             if self._artifact_id is None or self._publish_queued or self.status != "running":
                 return  # nothing to publish to, an update already queued, or the run has ended
             self._publish_queued = True
-        # The Prefect settings (API URL) live in context variables; the publisher needs them.
-        self._publisher.submit(contextvars.copy_context().run, self._publish)
+        self._publisher.submit(self._context.copy().run, self._publish)
 
     def _publish(self) -> None:
         with self._lock:
@@ -124,11 +170,14 @@ class RunProgress:
         )
 
     def finish(self, status: str) -> None:
-        """Record the run's final status and wait for the last artifact update."""
+        """Record the run's final status (the ETA goes) and publish the last update with it."""
         with self._lock:
             self.status = status
             self._write_side_file()
+            self._publish_queued = False
         self._publisher.shutdown(wait=True)
+        if self._artifact_id is not None:
+            self._context.copy().run(self._publish)
 
     def _write_side_file(self) -> None:
         if self.side_file is None:
@@ -143,17 +192,29 @@ class RunProgress:
 
 
 def progress_line(p: dict[str, Any]) -> str:
-    """One line of progress from a snapshot: done/total, success so far, errors, cost, ETA."""
-    parts = [f"{p.get('final', 0)}/{p.get('selected', 0)} done"]
+    """One line of progress from a snapshot: done/total and success first (the UI's card shows
+    about 40 characters), then infrastructure errors by task, cost, and the ETA or the status."""
+    done = p.get("done", p.get("final", 0))
+    parts = [f"{done}/{p.get('selected', 0)} done"]
     scored = p.get("scored") or 0
     if scored:
         ci = p.get("success_ci95")
         interval = f" [{100 * ci[0]:.0f}-{100 * ci[1]:.0f}%]" if ci else ""
-        parts.append(f"success {p.get('successes', 0)}/{scored} {100 * p.get('successes', 0) / scored:.0f}%{interval}")
-    parts.append(f"infra errors {p.get('infrastructure_errors', 0)}")
-    if p.get("tokens"):
-        parts.append(f"cost ${p.get('cost_usd', 0.0):.4f} ({p['tokens']:,} tokens)")
+        scoring = "" if p.get("scoring", "strict") == "strict" else f" (scoring {p['scoring']})"
+        parts.append(
+            f"success {p.get('successes', 0)}/{scored} {100 * p.get('successes', 0) / scored:.0f}%{interval}{scoring}"
+        )
+    attempts = p.get("infrastructure_errors", 0)
+    tasks = p.get("infrastructure_error_tasks", attempts)
+    parts.append(f"infra errors: {tasks} task(s), {attempts} attempt(s)" if attempts else "infra errors: 0")
+    if p.get("retries_exhausted"):
+        parts.append(f"{p['retries_exhausted']} out of retries")
+    if p.get("cost_usd") or p.get("tokens"):
+        tokens = f", {p['tokens']:,} tokens" if p.get("tokens") else ""
+        parts.append(f"cost ${p.get('cost_usd', 0.0):.4f}{tokens}")
     eta = p.get("eta_seconds")
-    if eta is not None and p.get("status") == "running":
+    if p.get("status", "running") != "running":
+        parts.append(str(p["status"]))
+    elif eta is not None:
         parts.append(f"ETA {int(eta // 60)}m{int(eta % 60):02d}s")
     return ", ".join(parts)

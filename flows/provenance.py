@@ -64,4 +64,5 @@ def run_info(
         run_config=config.model_dump(mode="json"),
         baseline=config.baseline,
         selected_task_ids=sorted(selected_task_ids),
+        scoring=config.scoring,
     )

@@ -1,6 +1,6 @@
 """Nothing `arena run` starts outlives it, even when it is killed with SIGKILL.
 
-`arena run` may start local simulations. Its own clean-up covers
+`arena run` may start local simulations and QEMU VMs. Its own clean-up covers
 Ctrl-C and SIGTERM, but SIGKILL (the OOM killer, `kill -9`, a CI job's timeout) ends it with no
 chance to clean up. So it starts this small watcher first:
 
@@ -8,7 +8,9 @@ chance to clean up. So it starts this small watcher first:
 
 The watcher notes the descendants of its parent every second; when the pipe reaches end of file,
 the parent has ended, however it ended, and the watcher terminates the processes it last saw
-(SIGTERM, then SIGKILL after a grace period), then exits. psutil keeps each process's start time,
+(SIGTERM, then SIGKILL after a grace period), removes what the kvm provider's VMs left on disk
+(their run directory: overlays, monitor sockets, logs; adapters/vms/kvm_runtime.py, which also
+ends any QEMU started after the last look), then exits. psutil keeps each process's start time,
 so a recycled pid is never signalled. (The local Prefect server is not among them: it is
 detached, shared with other runs, and stops by itself once none uses it; flows/local_server.py.)
 """
@@ -62,6 +64,10 @@ def watch(parent_pid: int) -> None:
             process.kill()
         except psutil.Error:
             pass
+    # Imported only now: the watcher must be watching within moments of its start.
+    from adapters.vms.kvm_runtime import remove_leftovers_of
+
+    remove_leftovers_of(parent_pid)
 
 
 if __name__ == "__main__":

@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import os
 import re
-import urllib.parse
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from adapters.agents import AgentOptions
+from adapters.agents import MODEL_AGENTS, AgentOptions
 from adapters.benchmark import BenchmarkResult
 from adapters.results.source import stored_selection
+from adapters.secrets import refuse_url_secret
 from adapters.store.duckdb_store import ResultStore, selection_change
 from adapters.store.errors import StoreError
-from adapters.store.postgres import is_server_location
+from adapters.store_location import check_store_url, default_store_url
 from adapters.vms.base import ResetLevel
 from adapters.vms.existing import DEFAULT_SERVER_WAIT_SECONDS
 from adapters.vms.registry import PROVIDERS, ProviderSettings, build_provider
@@ -31,38 +32,11 @@ from adapters.waa.suite_settings import suite_flavor
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from adapters.waa.settle import SettleChoice, SettlePolicy, choose_policy
 from flows.attempt import DEFAULT_STAGE_TIMEOUTS, validate_stage_timeouts
+from flows.shard_signing import shard_secret
 from flows.summary import RunCompleteness
 
 # Run ids name folders (artifacts, progress files): a safe character set, no path parts.
 SAFE_RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
-
-STORE_URL_ENV = "ARENA_STORE_URL"
-"""The team store every command uses by default when set (a PostgreSQL URL; README "Team store")."""
-
-
-def default_store_url() -> str | None:
-    """$ARENA_STORE_URL, or None (the DuckDB file `db_path`)."""
-    return os.environ.get(STORE_URL_ENV) or None
-
-
-def check_store_url(value: str) -> str:
-    """`value` if it is a PostgreSQL URL without a password; ValueError naming what is wrong.
-
-    A run's configuration is a flow parameter (visible in the Prefect UI) and is stored with the
-    run, so the password comes from libpq's own chain instead: PGPASSWORD or ~/.pgpass.
-    """
-    if not is_server_location(value):
-        raise ValueError(f"store URL {value!r}: expected postgresql://USER@HOST[:PORT]/DATABASE")
-    parts = urllib.parse.urlsplit(value)
-    if parts.password is not None:
-        raise ValueError(
-            "the store URL carries a password; leave it out (postgresql://USER@HOST/DATABASE) and set "
-            "PGPASSWORD or ~/.pgpass: the URL is shown in the Prefect UI and stored with the run"
-        )
-    if not parts.hostname or not parts.path.strip("/"):
-        raise ValueError(f"store URL {value!r}: expected postgresql://USER@HOST[:PORT]/DATABASE")
-    return value
-
 
 class SuiteRunConfig(BaseModel):
     """Everything that defines one evaluation run; stored with the run for provenance."""
@@ -71,6 +45,11 @@ class SuiteRunConfig(BaseModel):
     # Whose evaluator semantics score the suite ("waa", "waa-v2"); None: what the suite says
     # (arena-suite.toml flavor, or a WAA-V2 checkout recognised), else WAA's.
     suite_flavor: Literal["waa", "waa-v2"] | None = None
+    # How a server failure during evaluation counts (adapters/outcomes.py R9): "strict" (the
+    # default) makes it an infrastructure error, retried and never scored; "waa-compat" scores it
+    # as WAA's evaluator does (mostly None, so 0), for reproducing WAA's own numbers. Recorded on
+    # the run (runs.scoring) and shown beside every rate.
+    scoring: Literal["strict", "waa-compat"] = "strict"
     difficulty: Literal["normal", "hard"] = "normal"
     domains: list[str] | None = None
     task_ids: list[str] | None = None
@@ -120,7 +99,7 @@ class SuiteRunConfig(BaseModel):
     db_path: Path = Path("results/arena.duckdb")
     # The team store (a PostgreSQL URL without its password; default $ARENA_STORE_URL): when set,
     # results go there instead of `db_path`, from this controller and from every shard host.
-    store_url: str | None = Field(default_factory=default_store_url)
+    store_url: str | None = Field(default_factory=default_store_url, validate_default=True)
     # Screenshots. In shard mode every shard writes here on its own host: use a path on a
     # filesystem shared by all hosts (mounted at the same path), or the report lacks the
     # screenshots of remote shards.
@@ -132,6 +111,9 @@ class SuiteRunConfig(BaseModel):
     # The baseline (deployments/baselines.toml) this is a run of, stored as runs.baseline so a
     # model update finds exactly its baseline's runs; None for every other run.
     baseline: str | None = None
+    # How the run was started: names its flow run and tags it in the Prefect UI; not part of
+    # what a resume must match.
+    trigger: Literal["ad-hoc", "on-demand", "nightly", "model-update"] = "ad-hoc"
     # Shard mode (flows/shard.py, docs/deployments.md): 0 = every task runs in this flow run's
     # process. N > 0 = the tasks still to do are split into N balanced shards, each run as a flow
     # run of `shard_deployment` ("flow/deployment") on whichever worker picks it up, each on its
@@ -154,6 +136,11 @@ class SuiteRunConfig(BaseModel):
     def store_location(self) -> Path | str:
         """Where the run's results go: the team store's URL when set, else the DuckDB file."""
         return self.store_url or self.db_path
+
+    @field_validator("waa_urls")
+    @classmethod
+    def _no_secret_in_urls(cls, value: list[str]) -> list[str]:
+        return [refuse_url_secret(url, f"--waa-url {url.split('?')[0]!r}", "leave it out") for url in value]
 
     @field_validator("stage_timeouts")
     @classmethod
@@ -217,6 +204,13 @@ class SuiteRunConfig(BaseModel):
             raise ValueError(
                 f"shard_deployment must name a deployment as 'flow/deployment', got {self.shard_deployment!r}"
             )
+        if self.agent not in MODEL_AGENTS:
+            # A model name on an agent that calls none would be stored with the run as if it had.
+            given = [option for option, value in (("--model", self.agent_options.model),
+                                                  ("--base-url", self.agent_options.base_url)) if value]
+            if given:
+                raise ValueError(f"{' and '.join(given)} given, but the {self.agent!r} agent calls no model; use one of "
+                                 f"{', '.join(sorted(MODEL_AGENTS))}")
         return self
 
     def flavor(self) -> str:
@@ -234,6 +228,7 @@ class SuiteRunConfig(BaseModel):
             server_wait_seconds=self.server_wait_seconds,
             quirks=self.quirks,
             quirk_settings=self.quirk_settings,
+            pool_size=self.pool_size,
         )
 
     def preflight(self) -> None:
@@ -256,16 +251,23 @@ class SuiteRunConfig(BaseModel):
                 )
         finally:
             provider.close()
+        if self.shards:
+            shard_secret()  # shards are signed: a controller without the secret cannot start them
+        store_wait_seconds()  # the operator's store-outage settings are numbers
         if self.store_url is None and self.db_path.is_dir():
             raise ValueError(f"--db {self.db_path} is a directory; give the path of a DuckDB file")
         if self.artifacts_dir.exists() and not self.artifacts_dir.is_dir():
             raise ValueError(f"--artifacts {self.artifacts_dir} is a file; give a directory for screenshots")
-        if self.store_url is not None:
-            # Reached, logged in and of a schema this code knows (created when new) before any VM.
+        if self.store_url is not None or self.db_path.is_file():
+            # Reached, logged in, undamaged and of a schema this code knows (created when new)
+            # before any VM; a run id another live controller is running is refused here too.
             try:
-                ResultStore(self.store_url, wait_seconds=30).close()
+                with ResultStore(self.store_location, wait_seconds=30) as store:
+                    holder = store.lease_holder(self.run_id) if self.run_id else None
             except StoreError as exc:
                 raise ValueError(str(exc)) from exc
+            if holder is not None:
+                raise ValueError(holder)
         if self.run_id and not self.change_selection and (self.store_url or self.db_path.is_file()):
             problem = selection_change(self.run_id, stored_selection(self.store_location, self.run_id),
                                        [t.task_id for t in selected])
@@ -280,6 +282,42 @@ class SuiteRunConfig(BaseModel):
         return self.agent_options.model_copy(update={"plans_path": candidate if candidate.exists() else None})
 
 
+@dataclass(frozen=True)
+class StoreWait:
+    """How long a run waits for a results store that is down (the operator's settings).
+
+    While the store is down, new tasks wait once as many results wait for it as the pool has VMs
+    (no VM time or model money is spent on results that cannot be stored), for at most `outage`
+    seconds (ARENA_STORE_OUTAGE_WAIT_SECONDS, default 600); then the run starts nothing more. At
+    its end a run waits `flush` seconds (ARENA_STORE_FLUSH_SECONDS, default 120) for results
+    still waiting, then ends as a store failure with them safe in its spool."""
+
+    flush: float = 120.0
+    outage: float = 600.0
+
+
+def store_wait_seconds() -> StoreWait:
+    """The operator's `StoreWait` from the environment; ValueError naming a bad variable."""
+    values: dict[str, float] = {}
+    for name, field_name in (("ARENA_STORE_FLUSH_SECONDS", "flush"), ("ARENA_STORE_OUTAGE_WAIT_SECONDS", "outage")):
+        text = os.environ.get(name)
+        if not text:
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"{name} must be a number of seconds, got {text!r}") from None
+        if not value > 0:
+            raise ValueError(f"{name} must be a positive number of seconds, got {text!r}")
+        values[field_name] = value
+    return StoreWait(**values)
+
+
+# The run status of a run whose results store failed (unreachable, disk full) before every
+# result was stored; `arena run` exits 6 with the cause and the resume command.
+STORE_FAILED = "store_failed"
+
+
 class RunOutcome(BaseModel):
     run_id: str
     store: str  # where the results are: the DuckDB file, or the team store's URL
@@ -292,6 +330,15 @@ class RunOutcome(BaseModel):
     shard_errors: list[str] = Field(default_factory=list)
     # VMs that never came up or could not be replaced (e.g. an existing server that died).
     pool_errors: list[str] = Field(default_factory=list)
+    # A store failure (status STORE_FAILED): its cause, the results waiting in the run's spool
+    # and those that could not be written anywhere.
+    store_failure: str | None = None
+    spooled: int = 0
+    lost: int = 0
+    # Who stopped a cancelled or interrupted run: "prefect" (its Cancel), "ctrl-c", "sigterm".
+    stopped_by: str | None = None
+    # The evaluation's own flow run (its page in the Prefect UI).
+    flow_run_id: str | None = None
 
 
 def new_run_id() -> str:

@@ -86,6 +86,12 @@ class WorkQueue:
             self._abandoned = True
 
     @property
+    def closed(self) -> bool:
+        """Whether the run is being stopped (no task starts any more)."""
+        with self._lock:
+            return self._closed
+
+    @property
     def abandoned(self) -> bool:
         """Whether the stop's grace period is over (see `abandon`)."""
         with self._lock:
@@ -124,13 +130,16 @@ def longest_first(tasks: list[BenchmarkTask], expected_seconds: dict[str, float]
 
 @dataclass(frozen=True)
 class Schedule:
-    """What every lane of one pool shares: the queue, the pool, the attempt limit and the
-    budget (optional). Live progress hears of results from the recorder, once stored."""
+    """What every lane of one pool shares: the queue, the pool, the attempt limit, the budget
+    (optional), and `may_start` (optional): called before a lane takes a task, it may wait (the
+    store is down and results pile up) and says whether new tasks may start at all. Live
+    progress hears of results from the recorder, once stored."""
 
     work: WorkQueue
     pool: VMPool
     max_attempts: int
     budget: Budget | None = None
+    may_start: Callable[[], bool] | None = None
 
 
 # One attempt of a task on a leased VM, with its attempt number: never raises for the task's
@@ -191,6 +200,11 @@ def attempt_loop(task: BenchmarkTask, schedule: Schedule, hooks: AttemptHooks) -
             budget.add(result)
         if not result.outcome.is_retryable:
             break
+        # A problem of the environment: said at WARNING, so a filter on problems finds it.
+        last = attempt == first + schedule.max_attempts - 1
+        hooks.logger.warning("task %s attempt %d on %s: infrastructure error (%s); %s", task.task_id, attempt,
+                             vm.vm_id, (result.error or result.reason or "")[:200],
+                             "no attempt left: the task has no final result" if last else "retrying on another VM")
     return result
 
 
@@ -208,6 +222,8 @@ def lane_loop(
     work, pool, budget = schedule.work, schedule.pool, schedule.budget
     results: list[BenchmarkResult] = []
     while (budget is None or not budget.exhausted()) and not pool.exhausted:
+        if schedule.may_start is not None and not schedule.may_start():
+            break
         next_task = work.take()
         if next_task is None:
             break

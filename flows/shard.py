@@ -67,12 +67,14 @@ from flows.pool_engine import PoolRunRequest, evaluate_on_pool, longest_first, r
 from flows.progress import RunProgress, progress_line
 from flows.provenance import code_revision, run_info
 from flows.run_config import SuiteRunConfig
+from flows.shard_signing import check_shard_signature, sign_shard
 from flows.summary import run_completeness
 from tasks.record import record_result
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
-# Where a worker host keeps its shards' DuckDB files, unless the flow run names a `db_dir`.
+# Where a worker host keeps its shards' DuckDB files.
 SHARD_DB_DIR_ENV = "ARENA_SHARD_DB_DIR"
+
 # How often the controller reads the state of its shard runs; a shard runs for minutes on real
 # VMs, so a few seconds of delay in noticing its end costs nothing.
 SHARD_POLL_SECONDS = 2.0
@@ -121,13 +123,13 @@ class ShardProgress(RunProgress):
     collects exactly what went into the shard's file, infrastructure-error attempts included.
     """
 
-    ARTIFACT_KEY = "waa-shard-progress"
+    ARTIFACT_PREFIX = "waa-shard-progress"
 
-    def __init__(self, run_id: str, shard: int, selected: int, side_file: Path | None) -> None:
+    def __init__(self, run_id: str, shard: int, selected: int, side_file: Path | None, scoring: str = "strict") -> None:
         self.shard = shard
         self.attempts_recorded: list[BenchmarkResult] = []
         self._attempts_lock = threading.Lock()
-        super().__init__(run_id, selected, 0, side_file)
+        super().__init__(run_id, selected, 0, side_file, scoring=scoring)
 
     def _description(self) -> str:
         return f"WAA run {self.run_id}, shard {self.shard}: " + progress_line(self.snapshot())
@@ -141,15 +143,13 @@ class ShardProgress(RunProgress):
 # --- the shard: runs on a worker host ------------------------------------------------------
 
 
-def shard_db_dir(db_dir: Path | None = None) -> Path:
-    """The directory of this host's shard files: `db_dir`, else $ARENA_SHARD_DB_DIR, else
-    `results/shards` in the working directory (the host's checkout, set by the pull step).
+def shard_db_dir() -> Path:
+    """The directory of this host's shard files: $ARENA_SHARD_DB_DIR, else `results/shards` in
+    the working directory (the host's checkout, set by the pull step).
 
     Never derived from the controller's `db_path`: that path is the controller host's, and may
     not exist or be writable here.
     """
-    if db_dir is not None:
-        return Path(db_dir)
     return Path(os.environ.get(SHARD_DB_DIR_ENV) or "results/shards")
 
 
@@ -197,16 +197,36 @@ def evaluate_shard(
     suite_hash: str | None = None,
     first_attempts: dict[str, int] | None = None,
     expected_seconds: dict[str, float] | None = None,
-    db_dir: Path | None = None,
+    signature: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate `config.task_ids` of run `config.run_id` on this host's own VM pool.
 
     Started by the controller (`evaluate_suite` with `shards` > 0), which passes the suite's
-    content hash, each task's next attempt number and expected duration. Returns a ShardOutcome
-    as JSON: every attempt recorded, for the controller to store in the run's file.
+    content hash, each task's next attempt number and expected duration, and signs them
+    (`signature`, ARENA_SHARD_SECRET): unsigned or altered parameters are refused before
+    anything starts. Returns a ShardOutcome as JSON: every attempt recorded, for the controller
+    to store in the run's file.
     """
-    outcome = run_shard(config, shard, shards, suite_hash, first_attempts, expected_seconds, db_dir)
+    check_shard_signature(
+        shard_parameters(config, shard, shards, suite_hash, first_attempts or {}, expected_seconds or {}), signature
+    )
+    outcome = run_shard(config, shard, shards, suite_hash, first_attempts, expected_seconds)
     return outcome.model_dump(mode="json")
+
+
+def shard_parameters(
+    config: SuiteRunConfig, shard: int, shards: int, suite_hash: str | None,
+    first_attempts: dict[str, int], expected_seconds: dict[str, float],
+) -> dict[str, Any]:
+    """A shard's flow run parameters, as JSON values (what the controller signs and sends)."""
+    return {
+        "config": config.model_dump(mode="json"),
+        "shard": shard,
+        "shards": shards,
+        "suite_hash": suite_hash,
+        "first_attempts": first_attempts,
+        "expected_seconds": expected_seconds,
+    }
 
 
 def run_shard(
@@ -216,7 +236,6 @@ def run_shard(
     suite_hash: str | None,
     first_attempts: dict[str, int] | None,
     expected_seconds: dict[str, float] | None,
-    db_dir: Path | None,
 ) -> ShardOutcome:
     """The shard's work: the local mode's pool and lanes over its tasks, into a local file."""
     logger = get_run_logger()
@@ -247,7 +266,7 @@ def run_shard(
     if team:
         location = str(config.store_url)
     else:
-        location = (shard_db_dir(db_dir) / f"{run_id}-shard{shard}-{flow_run_id[:8]}.duckdb").resolve()
+        location = (shard_db_dir() / f"{run_id}-shard{shard}-{flow_run_id[:8]}.duckdb").resolve()
         location.parent.mkdir(parents=True, exist_ok=True)
     provider = build_provider(config.provider, config.provider_settings(resource_id(run_id, shard)))
     with ResultStore(location) as store:
@@ -261,7 +280,8 @@ def run_shard(
             store.start_run(run_info(config, run_id, catalog, [t.task_id for t in tasks], agent_config, provider))
             budget = RunBudget.for_run(config, store, run_id)
         progress = ShardProgress(
-            run_id, shard, len(tasks), config.artifacts_dir / run_id / f"shard-{shard}-progress.json"
+            run_id, shard, len(tasks), config.artifacts_dir / run_id / f"shard-{shard}-progress.json",
+            scoring=config.scoring,
         )
         status = "failed"
         try:
@@ -421,17 +441,12 @@ def start_shards(
         cfg = shard_config(config, run_id, shard, len(groups), group, limits)
         name = shard_flow_run_name(run_id, shard, len(groups))
         firsts = {i: first_attempts[i] for i in ids}
+        parameters = shard_parameters(cfg, shard, len(groups), suite_hash, firsts,
+                                      {i: expected_seconds[i] for i in ids if i in expected_seconds})
         try:
             created = run_deployment(
                 config.shard_deployment,
-                parameters={
-                    "config": cfg.model_dump(mode="json"),
-                    "shard": shard,
-                    "shards": len(groups),
-                    "suite_hash": suite_hash,
-                    "first_attempts": firsts,
-                    "expected_seconds": {i: expected_seconds[i] for i in ids if i in expected_seconds},
-                },
+                parameters={**parameters, "signature": sign_shard(parameters)},
                 flow_run_name=name,
                 timeout=0,  # return at once: the shards run at the same time, on whatever workers poll
                 tags=["waa", "shard", f"run:{run_id}"],

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field
 
 from adapters.benchmark import BenchmarkTask, OutcomeKind
-from adapters.results.metrics import Rate, RunMetrics
+from adapters.results.metrics import DomainMetrics, Rate, RunMetrics
 from adapters.results.report_text import left_out_text
 from adapters.store.duckdb_store import ResultStore
 
@@ -54,9 +54,15 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def summary_rows(metrics: RunMetrics, completeness: RunCompleteness | None = None) -> list[dict[str, Any]]:
-    """One row per domain plus a total row, for `create_table_artifact`."""
+def summary_rows(metrics: RunMetrics, completeness: RunCompleteness | None = None,
+                 vm_hour_price_usd: float = 0.0) -> list[dict[str, Any]]:
+    """One row per domain plus a total row, for `create_table_artifact`: rates with their 95 %
+    intervals, and cost (model, plus VM-hours at `vm_hour_price_usd`)."""
     missing = completeness.missing_by_domain if completeness else {}
+
+    def cost(d: DomainMetrics) -> float:
+        return round(d.spent.cost_usd + d.spent.vm_seconds / 3600.0 * vm_hour_price_usd, 4)
+
     rows = [
         {
             "domain": d.domain,
@@ -64,7 +70,10 @@ def summary_rows(metrics: RunMetrics, completeness: RunCompleteness | None = Non
             "successes": d.success.successes,
             "success_rate": _round(d.success.rate),
             "success_rate_sound": _round(d.success_sound.rate),
+            "ci95_sound": _interval(d.success_sound),
             "avg_score": _round(d.avg_score),
+            "infrastructure_errors": d.infrastructure_errors,
+            "cost_usd": cost(d),
             **({"missing": missing.get(d.domain, 0)} if completeness else {}),
         }
         for d in metrics.per_domain
@@ -74,7 +83,8 @@ def summary_rows(metrics: RunMetrics, completeness: RunCompleteness | None = Non
     for domain, n in sorted(missing.items()):
         if domain not in seen and n:
             rows.append({"domain": domain, "tasks": 0, "successes": 0, "success_rate": 0.0,
-                         "success_rate_sound": None, "avg_score": 0.0, "missing": n})
+                         "success_rate_sound": None, "ci95_sound": None, "avg_score": 0.0,
+                         "infrastructure_errors": 0, "cost_usd": 0.0, "missing": n})
     overall = metrics.overall
     rows.append(
         {
@@ -83,11 +93,19 @@ def summary_rows(metrics: RunMetrics, completeness: RunCompleteness | None = Non
             "successes": overall.success.successes,
             "success_rate": _round(overall.success.rate or 0.0),
             "success_rate_sound": _round(overall.success_sound.rate),
+            "ci95_sound": _interval(overall.success_sound),
             "avg_score": _round(overall.avg_score or 0.0),
+            "infrastructure_errors": overall.infrastructure_errors,
+            "cost_usd": cost(overall),
             **({"missing": completeness.missing} if completeness else {}),
         }
     )
     return rows
+
+
+def _interval(rate: Rate) -> str | None:
+    """"[20.8%, 93.9%]", or None for an empty denominator."""
+    return None if rate.ci95 is None else f"[{100 * rate.ci95[0]:.1f}%, {100 * rate.ci95[1]:.1f}%]"
 
 
 def _rate(rate: Rate) -> str:
@@ -166,6 +184,7 @@ def format_summary(
     lines.append(sound_rate_line(metrics))
     if completeness is not None:
         lines.extend(completeness_lines(completeness))
+    lines.append(metrics.run_status().scoring_line())
     lines.append(f"feasible tasks: {_pct(overall.feasible.rate)}   infeasible tasks: {_pct(overall.infeasible.rate)}")
     lines.append(f"outcomes: {_outcomes(metrics)}")
     return "\n".join(lines)
@@ -184,6 +203,7 @@ def summary_markdown(
     out += [f"**{headline[0].upper() + headline[1:]}**", ""]
     if completeness is not None:
         out += [f"- {line}" for line in completeness_lines(completeness)] + [""]
+    out += [metrics.run_status().scoring_line(), ""]
     out.append("| " + " | ".join(columns) + " |")
     out.append("| " + " | ".join("---" for _ in columns) + " |")
     for row in rows:

@@ -46,6 +46,35 @@ class _OneLineForExpectedFailures(logging.Filter):
         return True
 
 
+class _WithoutSuspensionObserverNoise(logging.Filter):
+    """Prefect 3.8.8's suspension observer (it watches deployment runs, `arena run`'s included)
+    asks `task.exception()` of its cancelled polling task when the server goes away, and asyncio
+    prints the CancelledError's traceback; the run itself is unaffected (its bookkeeping rides out
+    the outage). Those records are dropped; Prefect's own one-line warning stays."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "FlowRunSuspendingObserver" not in record.getMessage()
+
+
+class _OneLineForObserverOutages(logging.Filter):
+    """Prefect's run observers (they watch `arena run`'s deployment run for a cancel or a
+    suspension) log a server outage as a warning with the connection error's traceback, then
+    poll until the server is back; the warning alone says it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
+OBSERVER_LOGGERS = ("prefect.FlowRunSuspendingObserver", "prefect.FlowRunCancellingObserver")
+
+
+def _add_filter_once(logger: logging.Logger | logging.Handler, kind: type[logging.Filter]) -> None:
+    if not any(isinstance(f, kind) for f in logger.filters):
+        logger.addFilter(kind())
+
+
 def quiet_expected_tracebacks(verbose: bool = False) -> None:
     """Make Prefect's console handler print expected failures as one line, and only warnings
     and errors unless `verbose` (idempotent)."""
@@ -55,13 +84,15 @@ def quiet_expected_tracebacks(verbose: bool = False) -> None:
     root = logging.getLogger()
     if not any(isinstance(h, PrefectConsoleHandler) for h in root.handlers):
         setup_logging()
+    _add_filter_once(logging.getLogger("asyncio"), _WithoutSuspensionObserverNoise)
+    for name in OBSERVER_LOGGERS:
+        _add_filter_once(logging.getLogger(name), _OneLineForObserverOutages)
     for handler in root.handlers:
         if not isinstance(handler, PrefectConsoleHandler):
             continue
         if not verbose:
             handler.setLevel(logging.WARNING)
-        if not any(isinstance(f, _OneLineForExpectedFailures) for f in handler.filters):
-            handler.addFilter(_OneLineForExpectedFailures())
+        _add_filter_once(handler, _OneLineForExpectedFailures)
 
 
 class ProgressPrinter:

@@ -19,6 +19,10 @@ os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 # A local Prefect server that `arena run` starts stops 5 s after its last run, not 5 minutes.
 os.environ.setdefault("ARENA_LOCAL_SERVER_IDLE_SECONDS", "5")
+# The tests' file and web servers on 127.0.0.1 stand in for the public web that task downloads,
+# cloud_file and page_info reach, so the operator's fetch allow-list names loopback here
+# (adapters/waa/host_fetch.py); the tests of the policy itself clear it.
+os.environ["ARENA_FETCH_ALLOW"] = "127.0.0.1"
 
 SHARED_TASKS = Path(__file__).resolve().parents[2] / "shared" / "waa-tasks"
 

@@ -44,37 +44,65 @@ def _as_server_user(cmd: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *cmd]
 
 
-@contextlib.contextmanager
-def running_postgres() -> Iterator[str]:
-    """Start a PostgreSQL server and yield the URL of its `arena` database (user arena)."""
-    bindir = postgres_bindir()
-    if bindir is None:
-        raise FileNotFoundError("PostgreSQL is not installed (no pg_ctl); install the postgresql package")
-    root = Path(tempfile.mkdtemp(prefix="arena-test-pg-"))
-    data, pwfile = root / "data", root / "pw"
-    pwfile.write_text(PASSWORD + "\n")
-    if os.geteuid() == 0:
-        account = pwd.getpwnam("postgres")
-        os.chown(root, account.pw_uid, account.pw_gid)
-        os.chown(pwfile, account.pw_uid, account.pw_gid)
-    port = _free_port()
-    try:
+class PostgresServer:
+    """One throwaway PostgreSQL server: its data directory, port and the `arena` database's URL;
+    `stop` and `start` take it down and bring it back (a restart, an outage) on the same port."""
+
+    def __init__(self) -> None:
+        bindir = postgres_bindir()
+        if bindir is None:
+            raise FileNotFoundError("PostgreSQL is not installed (no pg_ctl); install the postgresql package")
+        self.bindir = bindir
+        self.root = Path(tempfile.mkdtemp(prefix="arena-test-pg-"))
+        self.data = self.root / "data"
+        self.port = _free_port()
+        self.url = f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{self.port}/arena"
+        pwfile = self.root / "pw"
+        pwfile.write_text(PASSWORD + "\n")
+        if os.geteuid() == 0:
+            account = pwd.getpwnam("postgres")
+            os.chown(self.root, account.pw_uid, account.pw_gid)
+            os.chown(pwfile, account.pw_uid, account.pw_gid)
         subprocess.run(
-            _as_server_user([str(bindir / "initdb"), "-D", str(data), "-U", USER, f"--pwfile={pwfile}",
+            _as_server_user([str(bindir / "initdb"), "-D", str(self.data), "-U", USER, f"--pwfile={pwfile}",
                              "--auth=scram-sha-256", "--encoding=UTF8", "--locale=C"]),
             check=True, capture_output=True, text=True,
         )
+        self.start()
         subprocess.run(
-            _as_server_user([str(bindir / "pg_ctl"), "-D", str(data), "-w", "-t", "60", "-l", str(root / "log"),
-                             "-o", f"-p {port} -h 127.0.0.1 -k {root} -c max_connections=200 -c fsync=off", "start"]),
-            check=True, capture_output=True, text=True,
-        )
-        subprocess.run(
-            _as_server_user([str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", USER, "arena"]),
+            _as_server_user([str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", USER, "arena"]),
             check=True, capture_output=True, text=True, env={**os.environ, "PGPASSWORD": PASSWORD},
         )
-        yield f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{port}/arena"
-    finally:
-        subprocess.run(_as_server_user([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]),
+
+    def start(self) -> None:
+        subprocess.run(
+            _as_server_user([str(self.bindir / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60", "-l",
+                             str(self.root / "log"), "-o",
+                             f"-p {self.port} -h 127.0.0.1 -k {self.root} -c max_connections=200 -c fsync=off", "start"]),
+            check=True, capture_output=True, text=True,
+        )
+
+    def stop(self) -> None:
+        subprocess.run(_as_server_user([str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"]),
                        capture_output=True)
-        shutil.rmtree(root, ignore_errors=True)
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running_postgres() -> Iterator[str]:
+    """Start a PostgreSQL server and yield the URL of its `arena` database (user arena)."""
+    with postgres_server() as server:
+        yield server.url
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of its own (for tests that stop and restart it), removed at the end."""
+    server = PostgresServer()
+    try:
+        yield server
+    finally:
+        server.remove()

@@ -1,7 +1,7 @@
 """One test per classification rule of adapters/outcomes.py, against the local environment's
 real-server behaviours (injected faults, a restarted server, unreadable trees, missing programs).
 
-Each test names its rule (R1..R7); the README's outcome table points here.
+Each test names its rule (R1..R10); the README's outcome table points here.
 """
 
 from __future__ import annotations
@@ -26,7 +26,20 @@ from adapters.benchmark import (
     StepRecord,
 )
 from adapters.episode import EpisodeLimits, run_episode
-from adapters.outcomes import EnvironmentFault, Fault, classify_setup_error
+from adapters.outcomes import (
+    EnvironmentFault,
+    Fault,
+    classify_command_failure,
+    classify_evaluation_call_error,
+    classify_setup_error,
+)
+from adapters.waa.actions import (
+    WINDOWS_COMMAND_LINE_LIMIT,
+    command_line_length,
+    to_execute_command,
+    to_pyautogui_write,
+    untypable_characters,
+)
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from adapters.waa.client import WAAClient, WAATimeouts
 from adapters.waa.errors import WAAConnectionError, WAAHTTPError
@@ -149,17 +162,110 @@ def test_r1_a_failing_observation_is_infrastructure_not_a_timeout(sim: LocalEnvH
     assert "before the first observation" in (episode.error or "") and "/screenshot" in (episode.error or "")
 
 
-# --- R3: what the agent caused stays the agent's -------------------------------------------
+# --- R1: a well-formed action the VM fails to carry out is the environment's --------------------
 
 
-def test_r3_a_command_that_ran_and_failed_is_a_step_error_the_agent_sees(sim: LocalEnvHandle, tmp_path: Path) -> None:
+def test_r1_an_os_error_on_a_harness_translated_action_is_infrastructure_not_the_agents(
+    sim: LocalEnvHandle, tmp_path: Path
+) -> None:
+    """/execute answers 200 with returncode 1 and `OSError: [WinError 5] Access is denied` (UAC's
+    secure desktop, a locked session): the action was well formed, so the VM failed it."""
     adapter = _adapter(sim.base_url, tmp_path)
     first = adapter.reset(NOTEPAD_TASK)
-    # A click far outside the screen is clamped; an unknown key is refused by the translator.
-    agent = _Plan([BenchmarkAction(type=ActionType.KEY, key="nosuchkey"), BenchmarkAction(type=ActionType.TYPE, text="ok")])
-    episode = run_episode(adapter, agent, NOTEPAD_TASK, EpisodeLimits(max_steps=5), first_observation=first)
-    assert episode.final_outcome is None  # scored as usual
-    assert episode.steps[0].error and episode.steps[1].error is None
+    _faults(sim.base_url, {"route": "/execute", "returncode": 1})
+    for action in (BenchmarkAction(type=ActionType.TYPE, text="hello"), BenchmarkAction(type=ActionType.KEY, key="enter"),
+                   BenchmarkAction(type=ActionType.CLICK, x=300, y=300)):
+        episode = run_episode(adapter, _Plan([action]), NOTEPAD_TASK, EpisodeLimits(max_steps=3), first_observation=first)
+        assert episode.final_outcome is OutcomeKind.INFRASTRUCTURE_ERROR, (action, episode.error)
+        assert "[WinError 5] Access is denied" in (episode.error or "") and "attempt not scored" in (episode.error or "")
+        assert len(episode.steps) == 1 and "returncode 1" in (episode.steps[0].error or "")
+    _faults(sim.base_url)
+    assert _editor_text(adapter) == ""
+
+
+def test_r1_r3_who_wrote_a_failing_command_decides_whose_failure_it_is() -> None:
+    assert classify_command_failure(authored_by="harness") is Fault.ENVIRONMENT
+    assert classify_command_failure(authored_by="agent") is Fault.AGENT
+
+
+def test_r1_long_text_arrives_verbatim_in_pieces_within_windows_limits(sim: LocalEnvHandle, tmp_path: Path) -> None:
+    """40,000 characters: one pyautogui.write would be a command line of 41,000+ characters
+    (Windows refuses it, [WinError 206]) and at interval=0.01 would need 400 s (WAA's /execute
+    stops at 120 s). In pieces of 1,000 it arrives verbatim and the step says how."""
+    text = "".join(chr(32 + (i * 7) % 95) for i in range(39_995)) + "\ntail"
+    assert len(text) == 40_000 and not untypable_characters(text)
+    single = to_execute_command(to_pyautogui_write(text))
+    assert command_line_length(single) > WINDOWS_COMMAND_LINE_LIMIT  # why one command cannot do it
+    adapter = _adapter(sim.base_url, tmp_path)
+    first = adapter.reset(NOTEPAD_TASK)
+    episode = run_episode(adapter, _Plan([BenchmarkAction(type=ActionType.TYPE, text=text)]), NOTEPAD_TASK,
+                          EpisodeLimits(max_steps=3), first_observation=first)
+    assert episode.final_outcome is None and episode.steps[0].error is None, episode.error
+    assert episode.steps[0].delivery == (
+        "pyautogui.write through /execute: 40000 characters in 40 piece(s) of at most 1000"
+    )
+    assert _editor_text(adapter) == text
+
+
+def test_r1_r2_a_piece_the_server_fails_ends_the_attempt_saying_how_much_was_typed(
+    sim: LocalEnvHandle, tmp_path: Path
+) -> None:
+    """A dropped connection on the second piece: the piece may have typed, so it is not sent
+    again (R10); the attempt ends unscored (R2), saying how much had been typed."""
+    adapter = _adapter(sim.base_url, tmp_path)
+    first = adapter.reset(NOTEPAD_TASK)
+    # The first /execute is served as usual (status 200: counted, not failed), the second dropped.
+    _faults(sim.base_url, {"route": "/execute", "status": 200, "count": 1}, {"route": "/execute", "drop": True, "count": 1})
+    episode = run_episode(adapter, _Plan([BenchmarkAction(type=ActionType.TYPE, text="x" * 2500)]), NOTEPAD_TASK,
+                          EpisodeLimits(max_steps=3), first_observation=first)
+    hits = [f["hits"] for f in requests.get(f"{sim.base_url}/sim/faults", timeout=10).json()["faults"]]
+    assert episode.final_outcome is OutcomeKind.INFRASTRUCTURE_ERROR, episode.error
+    assert "typing piece 2 of 3; 1000 of 2500 characters were typed before it" in (episode.error or "")
+    assert hits == [1, 1]  # the dropped piece was sent once, never again
+    _faults(sim.base_url)
+    assert _editor_text(adapter) == "x" * 1000
+
+
+# --- R3: the agent's own mistakes are refused before anything is sent ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("action", "says"),
+    [
+        (BenchmarkAction(type=ActionType.KEY, key="nosuchkey"), "unknown key 'nosuchkey'"),
+        (BenchmarkAction(type=ActionType.CLICK, x=5000, y=300), "off the 1280x800 screen"),
+        (BenchmarkAction(type=ActionType.DRAG, x=10, y=10, end_x=-5, end_y=10), "drag end point (-5, 10) is off"),
+        (BenchmarkAction(type=ActionType.TYPE, text=""), "nothing to type"),
+        (BenchmarkAction(type=ActionType.CLICK, target_node_id="no-such-element"), "[no-such-element] is not on screen"),
+        (BenchmarkAction(type=ActionType.KEY, key="s", modifiers=["ctrl"], target_bbox=(0, 0, 1, 1)), None),
+    ],
+    ids=["unknown-key", "off-screen", "drag-off-screen", "empty-text", "missing-element", "fine"],
+)
+def test_r3_the_agents_mistakes_are_failed_steps_it_sees_and_never_reach_the_vm(
+    sim: LocalEnvHandle, tmp_path: Path, action: BenchmarkAction, says: str | None
+) -> None:
+    adapter = _adapter(sim.base_url, tmp_path)
+    first = adapter.reset(NOTEPAD_TASK)
+    # Any action that reaches the VM would hit this fault (and count it).
+    _faults(sim.base_url, {"route": "/execute", "returncode": 1}, {"route": "/execute_windows", "status": 500})
+    episode = run_episode(adapter, _Plan([action, BenchmarkAction(type=ActionType.DONE)]), NOTEPAD_TASK,
+                          EpisodeLimits(max_steps=3), first_observation=first)
+    hits = sum(f["hits"] for f in requests.get(f"{sim.base_url}/sim/faults", timeout=10).json()["faults"])
+    if says is None:  # a well-formed action reaches the VM, which fails it: the environment's (R1)
+        assert episode.final_outcome is OutcomeKind.INFRASTRUCTURE_ERROR and hits == 1
+        return
+    assert episode.final_outcome is None, episode.error  # scored as usual
+    assert says in (episode.steps[0].error or ""), episode.steps[0].error
+    assert episode.steps[0].delivery is None and hits == 0
+
+
+def test_r3_several_mistakes_in_a_row_end_the_episode_as_the_agents_failure(sim: LocalEnvHandle, tmp_path: Path) -> None:
+    adapter = _adapter(sim.base_url, tmp_path)
+    first = adapter.reset(NOTEPAD_TASK)
+    mistakes = [BenchmarkAction(type=ActionType.KEY, key=f"nosuchkey{i}") for i in range(3)]
+    episode = run_episode(adapter, _Plan(mistakes), NOTEPAD_TASK,
+                          EpisodeLimits(max_steps=5, max_consecutive_action_errors=3), first_observation=first)
+    assert episode.final_outcome is OutcomeKind.AGENT_FAILURE and "3 actions in a row failed" in (episode.error or "")
 
 
 # --- R5: a tree the agent made unreadable degrades ------------------------------------------
@@ -225,6 +331,100 @@ def test_r6_setup_classification_table() -> None:
         classify_setup_error(WAAHTTPError("/setup/activate_window", 500, "Get window by class name is not supported"))
         is Fault.TASK_DATA
     )
+
+
+def test_r6_a_strict_activation_the_server_cannot_complete_is_logged_and_setup_carries_on(tmp_path: Path) -> None:
+    """WAA's handler asserts the window is active after minimising and restoring it: a 500 with no
+    message. WAA's setup controller logs it and goes on; so does this one, with a note on the result."""
+    handle = start_local_env(tmp_path / "sim", quirks=True, quirk_settings={
+        "ready_delay": 0, "accessibility_delay": 0, "launch_delay": 0, "strict_activation_fails": True})
+    try:
+        client = WAAClient(handle.base_url, read_retries=1, backoff_seconds=0.01)
+        adapter = WAALiveAdapter(client, CATALOG, tmp_path / "cache",
+                                 LiveAdapterSettings(settle=SettlePolicy.fixed(0), launch_verify_seconds=5))
+        task = CATALOG.load("notepad-append-line")  # its setup ends with a strict activation
+        adapter.reset(task)
+        note = adapter.setup_runner.notes[-1]
+        assert "strict activation of 'todo.txt - Notepad' failed on the VM" in note and "carries on" in note
+        result = adapter.evaluate(task)  # nothing typed: scored as usual, the note travels with it
+        assert result.outcome is OutcomeKind.AGENT_FAILURE and "strict activation of 'todo.txt - Notepad'" in (result.reason or "")
+        # A window that is not there is still the task's data (404), strict or not.
+        with pytest.raises(SetupStepError, match="no window matching 'Nowhere'"):
+            adapter.setup_runner.run([{"type": "activate_window", "parameters": {"window_name": "Nowhere", "strict": True}}])
+    finally:
+        handle.stop()
+
+
+# --- R9: evaluation faults are infrastructure --------------------------------------------------------
+
+
+SETTINGS_TASK = CATALOG.load("settings-storage-sense-on")  # its getter reads the registry through /execute
+
+
+@pytest.mark.parametrize("scoring", ["strict", "waa-compat"])
+def test_r9_a_getters_server_500_is_never_scored_unless_waa_compat_is_asked_for(
+    sim: LocalEnvHandle, tmp_path: Path, scoring: str
+) -> None:
+    adapter = WAALiveAdapter(WAAClient(sim.base_url, read_retries=1, backoff_seconds=0.01), CATALOG, tmp_path / "cache",
+                             LiveAdapterSettings(settle=SettlePolicy.fixed(0), scoring=scoring))  # type: ignore[arg-type]
+    adapter.reset(SETTINGS_TASK)
+    _faults(sim.base_url, {"route": "/execute", "status": 500})  # WAA's "timed out after 120 seconds"
+    result = adapter.evaluate(SETTINGS_TASK)
+    if scoring == "strict":
+        assert result.outcome is OutcomeKind.INFRASTRUCTURE_ERROR and result.score == 0.0
+        assert "the server failed /execute" in (result.error or "") and "timed out after 120 seconds" in (result.error or "")
+        assert "not scored" in (result.error or "")
+    else:  # WAA's own handling: the getter gets no value and the task scores 0
+        assert result.outcome is OutcomeKind.AGENT_FAILURE and "scoring waa-compat" in (result.reason or "")
+
+
+def test_r9_a_getters_dropped_connection_is_infrastructure_under_both_scorings(sim: LocalEnvHandle, tmp_path: Path) -> None:
+    for scoring in ("strict", "waa-compat"):
+        adapter = WAALiveAdapter(WAAClient(sim.base_url, read_retries=1, backoff_seconds=0.01), CATALOG,
+                                 tmp_path / scoring, LiveAdapterSettings(settle=SettlePolicy.fixed(0), scoring=scoring))  # type: ignore[arg-type]
+        adapter.reset(SETTINGS_TASK)
+        _faults(sim.base_url, {"route": "/execute", "drop": True})
+        assert adapter.evaluate(SETTINGS_TASK).outcome is OutcomeKind.INFRASTRUCTURE_ERROR, scoring
+        _faults(sim.base_url)
+
+
+def test_r9_a_500_naming_a_program_the_vm_lacks_is_an_evaluation_error(sim: LocalEnvHandle, tmp_path: Path) -> None:
+    adapter = _adapter(sim.base_url, tmp_path)
+    adapter.reset(SETTINGS_TASK)
+    _faults(sim.base_url, {"route": "/execute", "status": 500,
+                           "message": "[WinError 2] The system cannot find the file specified"})
+    result = adapter.evaluate(SETTINGS_TASK)
+    assert result.outcome is OutcomeKind.EVALUATION_ERROR and "[WinError 2]" in (result.error or "")
+
+
+def test_r9_evaluation_call_classification_table() -> None:
+    assert classify_evaluation_call_error(WAAConnectionError("/file", "reset")) is Fault.ENVIRONMENT
+    assert classify_evaluation_call_error(WAAHTTPError("/execute", 500, "Command ... timed out after 120 seconds")) is Fault.ENVIRONMENT
+    assert classify_evaluation_call_error(WAAHTTPError("/execute", 500, "[WinError 3] path not found")) is Fault.TASK_DATA
+    assert classify_evaluation_call_error(WAAHTTPError("/file", 404, "File not found")) is None
+    unreadable = WAAHTTPError("/accessibility", 500, "All strings must be XML compatible: ...")
+    assert classify_evaluation_call_error(unreadable, agent_typed_control_characters=True) is Fault.AGENT
+    assert classify_evaluation_call_error(unreadable) is Fault.ENVIRONMENT
+
+
+# --- R10: what is safe to repeat is retried ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("route", ["/setup/close_all", "/setup/clear_task_files"])
+def test_r10_a_dropped_connection_on_a_reset_or_clean_up_call_is_retried(sim: LocalEnvHandle, tmp_path: Path, route: str) -> None:
+    adapter = _adapter(sim.base_url, tmp_path)
+    _faults(sim.base_url, {"route": route, "drop": True, "count": 1})
+    adapter.clean_desktop()  # no error: the call was repeated
+    assert [f["hits"] for f in requests.get(f"{sim.base_url}/sim/faults", timeout=10).json()["faults"]] == [1]
+
+
+def test_r10_the_read_only_process_list_is_retried_but_a_launch_is_not(sim: LocalEnvHandle, tmp_path: Path) -> None:
+    runner = SetupRunner(WAAClient(sim.base_url, read_retries=1, backoff_seconds=0.01), tmp_path, launch_verify_seconds=5)
+    _faults(sim.base_url, {"route": "/setup/execute", "drop": True, "count": 1})
+    runner.run(NOTEPAD_TASK.setup_steps)  # tasklist answered on the second try
+    _faults(sim.base_url, {"route": "/setup/launch", "drop": True, "count": 1})
+    with pytest.raises(EnvironmentFault, match="/setup/launch"):
+        runner.run(NOTEPAD_TASK.setup_steps)  # a launch acts: never sent twice
 
 
 # --- R7: deadlines --------------------------------------------------------------------------

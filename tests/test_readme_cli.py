@@ -64,8 +64,10 @@ def test_every_shown_command_and_option_exists(where: str, command: str) -> None
 
 
 def _all_options() -> set[str]:
+    from adapters.waa import evaluate_server
+
     options: set[str] = set()
-    pending = [build_parser()]
+    pending = [build_parser(), evaluate_server.build_parser()]  # the README shows both commands
     while pending:
         parser = pending.pop()
         options |= {o for action in parser._actions for o in action.option_strings}  # noqa: SLF001
@@ -73,15 +75,38 @@ def _all_options() -> set[str]:
     return options
 
 
+# Files that name other tools' options on their own too (`prefect worker start --limit 1`).
+OTHER_TOOLS = {"deployments.md"}
+
+
 def test_every_option_named_in_the_docs_exists() -> None:
-    """Options the README names on their own (`--max-cost`, `--reset-level setup`) exist (docs/
-    also name other tools' options, e.g. `prefect worker start --limit 1`)."""
+    """Options the README and docs/ name on their own (`--max-cost`, `--reset-level setup`) exist."""
     known = _all_options()
     named = [
         (doc.name, span.split()[0].split("=")[0])
-        for doc in DOCS[:1]
+        for doc in DOCS if doc.name not in OTHER_TOOLS
         for span in re.findall(r"`(--[a-z][a-z-]*[^`]*)`", doc.read_text())
     ]
-    assert len(named) > 10
+    assert len(named) > 100
     missing = [(where, option) for where, option in named if option not in known]
     assert missing == []
+
+
+def test_the_readme_links_every_doc_and_every_link_resolves() -> None:
+    """The reference lives in docs/, one file per subject, each reachable from the README."""
+    readme = DOCS[0].read_text()
+    assert [doc.name for doc in DOCS[1:] if f"(docs/{doc.name})" not in readme] == []
+    broken = [
+        (doc.name, link)
+        for doc in DOCS
+        for link in re.findall(r"\]\(([^)#\s]+)", doc.read_text())
+        if not link.startswith(("http://", "https://")) and not (doc.parent / link).exists()
+    ]
+    assert broken == []
+
+
+def test_ci_runs_the_readme_test_command_and_the_main_job_installs_the_core() -> None:
+    readme = DOCS[0].read_text()
+    test_command = "python3.11 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/python -m pytest"
+    assert test_command in readme and test_command in (PROJECT / ".ci" / "run").read_text()
+    assert "python3.11 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/arena run" in readme

@@ -17,12 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from adapters.agents.random_agent import RandomAgent
 from adapters.agents.scripted import ScriptedAgent, load_plans
 from adapters.benchmark import BenchmarkAgent
 from adapters.registry import Registry
+from adapters.secrets import refuse_url_secret
 
 class AgentOptions(BaseModel):
     """Everything an agent can be configured with from the CLI or a deployment (no secrets:
@@ -48,6 +49,16 @@ class AgentOptions(BaseModel):
     # task id -> p, and the default for tasks the file does not name.
     success_probability: float | None = Field(default=None, ge=0, le=1)
     success_probabilities_path: Path | None = None
+
+    @field_validator("base_url", "policy_url")
+    @classmethod
+    def _no_secret_in_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # A key in the URL would be shown in the Prefect UI and stored with the run.
+        option = "--base-url" if info.field_name == "base_url" else "--policy-url"
+        if value is not None:
+            refuse_url_secret(value, option, "pass keys through the variable --api-key-env (or --policy-header-env) "
+                              "names instead")
+        return value
 
 
 def _model_overrides(options: AgentOptions) -> dict[str, Any]:
@@ -138,6 +149,9 @@ def _noisy_scripted(options: AgentOptions) -> BenchmarkAgent:
 
 
 AGENT_NAMES: tuple[str, ...] = tuple(AGENTS)
+# The agents that call a model (their `model` and `base_url` options mean something): only these
+# can be pointed at a new checkpoint.
+MODEL_AGENTS: frozenset[str] = frozenset({"claude", "openai", "anthropic", "demo"})
 
 DETERMINISTIC_AGENTS: frozenset[str] = frozenset({"scripted", "random"})
 """Agents whose actions are fixed by their configuration (plans; seed per task): when one of them

@@ -35,6 +35,7 @@ from adapters.agents.prompting import (
     ScaledScreenshot,
     anthropic_input_output_tokens,
     call_backend,
+    model_sdk,
     read_api_key,
     scale_screenshot,
 )
@@ -181,9 +182,7 @@ class ClaudeComputerUseAgent(BenchmarkAgent):
         if key is None:
             raise AgentConfigError(f"the anthropic backend needs an API key in the environment variable {s.api_key_env} (it is unset)")
         self._secret = key
-        import anthropic
-
-        self._client = anthropic.Anthropic(api_key=key, base_url=s.base_url, max_retries=s.max_retries, timeout=s.timeout_seconds)
+        self._client = model_sdk("anthropic").Anthropic(api_key=key, base_url=s.base_url, max_retries=s.max_retries, timeout=s.timeout_seconds)
         self._usage: ModelUsage | None = None
         self._reset_state()
 

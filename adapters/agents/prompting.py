@@ -19,11 +19,13 @@ with the computer-use agent (key lookup, error mapping, screenshot scaling, tree
 from __future__ import annotations
 
 import base64
+import importlib
 import io
 import logging
 import math
 import os
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Callable, Literal, TypeVar
 
 from PIL import Image
@@ -63,6 +65,21 @@ class AgentConfigError(ValueError):
     """An agent's settings cannot work (e.g. no API key where one is required)."""
 
 
+MODELS_EXTRA = "models"
+"""The install extra that brings the model APIs' SDKs (anthropic, openai): the main job needs neither."""
+
+
+def model_sdk(name: Literal["openai", "anthropic"]) -> ModuleType:
+    """The SDK of a model API; AgentConfigError naming the extra that installs it when it is missing."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise AgentConfigError(
+            f"the {name} SDK is not installed; the model agents need the {MODELS_EXTRA!r} extra: "
+            f"pip install -e '.[{MODELS_EXTRA}]'"
+        ) from None
+
+
 # -- shared helpers ------------------------------------------------------------------------
 
 
@@ -85,22 +102,18 @@ def call_backend(fn: Callable[[], T], *, backend: str, endpoint: str, secret: st
 
     The message names the backend, the endpoint and the HTTP status, and is scrubbed of the key.
     """
-    import anthropic
-    import openai
-
-    status_errors = (openai.APIStatusError, anthropic.APIStatusError)
-    connection_errors = (openai.APIConnectionError, anthropic.APIConnectionError)
+    sdk = model_sdk("anthropic" if backend == "anthropic" else "openai")
     try:
         return fn()
-    except status_errors as exc:
+    except sdk.APIStatusError as exc:
         detail = getattr(exc, "api_message", None) or getattr(exc, "message", "") or ""
         message = (
             f"{backend} endpoint {endpoint} answered HTTP {exc.status_code} "
             f"(after up to {max_retries} SDK retries): {str(detail)[:300]}"
         )
         raise AgentInfrastructureError(redact(message, secret)) from None
-    except connection_errors as exc:
-        kind = "timed out" if isinstance(exc, (openai.APITimeoutError, anthropic.APITimeoutError)) else "unreachable"
+    except sdk.APIConnectionError as exc:
+        kind = "timed out" if isinstance(exc, sdk.APITimeoutError) else "unreachable"
         message = f"{backend} endpoint {endpoint} {kind} (after up to {max_retries} SDK retries): {type(exc).__name__}"
         raise AgentInfrastructureError(redact(message, secret)) from None
 
@@ -306,12 +319,8 @@ class PromptingAgent(BenchmarkAgent):
         self._secret = key  # kept only to scrub error messages; never shown
         common = dict(base_url=s.base_url, max_retries=s.max_retries, timeout=s.timeout_seconds)
         if s.backend == "openai":
-            import openai
-
-            return openai.OpenAI(api_key=key or NO_KEY_PLACEHOLDER, **common)
-        import anthropic
-
-        return anthropic.Anthropic(api_key=key, **common)
+            return model_sdk("openai").OpenAI(api_key=key or NO_KEY_PLACEHOLDER, **common)
+        return model_sdk("anthropic").Anthropic(api_key=key, **common)
 
     @property
     def endpoint(self) -> str:

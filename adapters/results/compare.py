@@ -36,6 +36,7 @@ from pydantic import BaseModel, Field
 
 from adapters.results.attempts import keep_final_attempt
 from adapters.results.rates import RunStatus, is_final, is_sound, rate
+from adapters.store.lease import shown_status
 from adapters.results.report_text import incomplete_text, left_out_text
 from adapters.results.stats import (
     Interval,
@@ -51,7 +52,7 @@ from adapters.results.source import (
     source_path,
 )
 
-Verdict = Literal["improved", "regressed", "no significant difference", "insufficient data"]
+Verdict = Literal["improved", "regressed", "no significant difference", "insufficient data", "no verdict"]
 DeltaMethod = Literal["paired", "unpaired"]
 
 DEFAULT_ALPHA = 0.05
@@ -168,6 +169,9 @@ class RunComparison(BaseModel):
     only_in_baseline: list[str]
     only_in_new: list[str]
     test: PairedTest
+    # Why no verdict may be drawn although tasks pair (the new run did not finish, or never reached
+    # its model: the model update flow); None when the test's verdict stands.
+    withheld: str | None = None
 
     def warnings(self) -> list[str]:
         """A line per run that is not complete (its rates leave tasks out)."""
@@ -176,6 +180,11 @@ class RunComparison(BaseModel):
             for role, status in (("baseline", self.baseline_status), ("new", self.new_status))
             if status is not None and (text := incomplete_text(status))
         ]
+        scorings = [s.scoring for s in (self.baseline_status, self.new_status) if s is not None]
+        if len(scorings) == 2 and scorings[0] != scorings[1]:
+            lines.append(f"the runs scored server failures during evaluation differently (baseline "
+                         f"{scorings[0] or 'not recorded'}, new {scorings[1] or 'not recorded'}): their rates "
+                         "are not measured the same way")
         if self.changed:
             shown = ", ".join(c.task_id for c in self.changed[:5])
             lines.append(f"{len(self.changed)} task(s) have a different definition in each run (task fingerprints "
@@ -184,8 +193,9 @@ class RunComparison(BaseModel):
 
     @property
     def verdict(self) -> Verdict:
-        """improved / regressed / no significant difference / insufficient data."""
-        return self.test.verdict
+        """improved / regressed / no significant difference / insufficient data, or no verdict
+        when it is withheld."""
+        return "no verdict" if self.withheld else self.test.verdict
 
     @property
     def p_value(self) -> float | None:
@@ -441,9 +451,11 @@ def compare_stored_runs(
 
 def _run_status(conn: Any, run_id: str, rows: list[dict[str, Any]]) -> RunStatus:
     """The run's status and task count (its `runs` row) and how many of `rows` are final."""
-    status, selected = conn.execute("SELECT status, task_count FROM runs WHERE run_id = ?", [run_id]).fetchone()
-    return RunStatus(run_id=run_id, status=status, selected=selected,
-                     final=sum(is_final(str(r["outcome"])) for r in rows))
+    row = conn.execute("SELECT * FROM runs WHERE run_id = ?", [run_id])
+    values = dict(zip([d[0] for d in row.description], row.fetchone()))  # older files lack later columns
+    status = shown_status(values.get("status"), values.get("controller"), values.get("heartbeat_at"))
+    return RunStatus(run_id=run_id, status=status, selected=values.get("task_count"),
+                     final=sum(is_final(str(r["outcome"])) for r in rows), scoring=values.get("scoring"))
 
 
 def stored_run_status(source: ResultsSource, run_id: str) -> RunStatus:
@@ -487,6 +499,8 @@ def format_p_value(p_value: float | None) -> str:
 def verdict_sentence(comparison: RunComparison) -> str:
     """The verdict and the evidence behind it, in one sentence."""
     t = comparison.test
+    if comparison.withheld:
+        return f"no verdict: {comparison.withheld}"
     if t.verdict == "insufficient data":
         return (
             "insufficient data: the runs have no task in common with a sound environment in both, "
@@ -526,7 +540,8 @@ def run_lines(comparison: RunComparison) -> list[str]:
                 f"status {status.status or 'unknown'}, {status.missing} of {selected} selected tasks "
                 "without a final result"
             )
-        lines.append(f"{role} run {run_id}: {state}; {rates}")
+        scoring = "" if status is None else f"; {status.scoring_line()}"
+        lines.append(f"{role} run {run_id}: {state}; {rates}{scoring}")
     return lines
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 
 from adapters.results.source import ResultsSource, require_runs, results_connection, source_path
+from adapters.training.output import OutputExists
 
 # File name -> the query that fills it; `?` is the run id. Ordered so files are deterministic.
 EXPORTS: dict[str, str] = {
@@ -34,6 +35,10 @@ _PARTIAL_SUFFIX = ".partial"
 
 class ExportError(RuntimeError):
     """The export cannot be written; the message names the run, file or directory."""
+
+
+class ExportFilesExist(OutputExists, ExportError):
+    """The export's files are there already."""
 
 
 def sql_string_literal(value: str) -> str:
@@ -72,10 +77,7 @@ def export_run_parquet(
         raise ExportError(f"{directory}: output directory is a file")
     existing = [t for t in targets if t.exists()]
     if existing and not overwrite:
-        raise ExportError(
-            f"{directory}: {', '.join(t.name for t in existing)} already exist(s); "
-            "pass overwrite=True to replace them"
-        )
+        raise ExportFilesExist(f"{directory}: {', '.join(t.name for t in existing)} already exist(s)", replaced="them")
     with results_connection(source, [run_id], with_steps=True) as conn:
         # Checked before creating anything, so a typo leaves no empty directory behind.
         require_runs(conn, [run_id], source_path(source))

@@ -59,6 +59,7 @@ from adapters.results.reference import (
 from adapters.results.rates import RunStatus, is_final, is_sound, sound_sql
 from adapters.results.source import UnknownRunError, results_connection
 from adapters.results.stats import wilson_interval
+from adapters.store.lease import shown_status
 from adapters.store.duckdb_store import ResultStore
 
 References = Mapping[str, ReferenceTrajectory]
@@ -201,6 +202,7 @@ class RunMetrics(BaseModel):
             status=self.provenance.get("status"),
             selected=selected if isinstance(selected, int) else None,
             final=sum(is_final(t.outcome) for t in self.tasks),
+            scoring=self.provenance.get("scoring"),
         )
 
 
@@ -241,7 +243,10 @@ def _run_row(conn: duckdb.DuckDBPyConnection, where: str, run_id: str) -> dict[s
         known = [r["run_id"] for r in _rows(conn, "SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 5", [])]
         hint = f"; recent runs: {', '.join(known)}" if known else "; the file has no runs"
         raise UnknownRunError(f"{where}: unknown run {run_id!r}{hint}")
-    return rows[0]
+    row = rows[0]
+    # A `running` run whose controller died is shown as abandoned, never running forever.
+    row["status"] = shown_status(row.get("status"), row.get("controller"), row.get("heartbeat_at"))
+    return row
 
 
 _DOMAIN_SQL = """

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from adapters.benchmark import UNSOUND_OUTCOMES, OutcomeKind
+from adapters.outcomes import scoring_text
 
 UNSOUND_VALUES: tuple[str, ...] = tuple(o.value for o in UNSOUND_OUTCOMES)
 
@@ -42,15 +43,22 @@ def is_final(outcome: str) -> bool:
 
 
 class RunStatus(BaseModel):
-    """A run's status and how many of its selected tasks still have no final result.
+    """A run's status, how many of its selected tasks still have no final result, and how it
+    scored server failures during evaluation.
 
-    Shown wherever a rate is shown, so an incomplete run never passes for a complete one.
+    Shown wherever a rate is shown, so an incomplete run never passes for a complete one and a
+    rate scored as WAA scores server failures never passes for a strict one.
     """
 
     run_id: str
     status: str | None  # runs.status: completed, incomplete, budget_exhausted, failed, running...
     selected: int | None  # runs.task_count
     final: int  # tasks whose latest outcome is final
+    scoring: str | None = None  # runs.scoring (adapters/outcomes.py R9); None before schema 7
+
+    def scoring_line(self) -> str:
+        """E.g. "scoring: strict (a server failure during evaluation is ... never scored)"."""
+        return scoring_text(self.scoring)
 
     @property
     def missing(self) -> int:

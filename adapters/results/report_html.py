@@ -394,8 +394,10 @@ def _status_card(metrics: RunMetrics) -> str:
 
 def _summary_section(metrics: RunMetrics) -> str:
     overall = metrics.overall
-    incomplete = incomplete_text(metrics.run_status())
+    status = metrics.run_status()
+    incomplete = incomplete_text(status)
     banner = f'<p class="banner incomplete">{esc(incomplete)}</p>' if incomplete else ""
+    scoring = f'<p class="scoring">{esc(status.scoring_line())}</p>'
     cards = "".join(
         [
             _rate_card("success rate (sound environment)", overall.success_sound,
@@ -410,7 +412,7 @@ def _summary_section(metrics: RunMetrics) -> str:
         ]
     )
     return (
-        f'<section id="summary"><h2>Summary</h2>{banner}<div class="headline">{cards}</div>'
+        f'<section id="summary"><h2>Summary</h2>{banner}{scoring}<div class="headline">{cards}</div>'
         f"<p>Outcomes (final attempt of each task): {esc(outcome_counts(overall))}. "
         f"Attempts: {overall.attempts} for {overall.tasks} tasks ({overall.retries} retries, "
         f"{overall.retried_tasks} tasks retried).</p>"

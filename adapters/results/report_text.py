@@ -290,6 +290,7 @@ def format_text_report(metrics: RunMetrics) -> str:
         f"average score: {score_text(overall.avg_score)} "
         f"(sound environment: {score_text(overall.avg_score_sound)})",
         f"outcomes: {outcome_counts(overall)}",
+        clean(status.scoring_line()),
     ]
     lines += _effort_lines(overall)
     lines.append(reference_line(metrics))

@@ -16,7 +16,7 @@ import duckdb
 
 from adapters.store import connections
 from adapters.store.postgres import is_server_location, redact
-from adapters.store.duckdb_store import ResultStore, StoreError
+from adapters.store.duckdb_store import ResultStore, StoreError, check_file_intact, open_error
 
 
 class UnknownRunError(StoreError):
@@ -62,7 +62,8 @@ def results_connection(
         except connections.StoreBusyError as exc:
             raise StoreError(str(exc)) from exc
         except duckdb.Error as exc:
-            raise StoreError(f"{path}: cannot open the results database: {exc}") from exc
+            raise open_error(str(path), exc) from exc
+        check_file_intact(conn, path, str(path))
         yield conn
 
 

@@ -5,7 +5,7 @@ Query a file with any DuckDB client, e.g. ``duckdb -readonly results.duckdb``, a
 store with psql: the tables and views are the same (in PostgreSQL, DOUBLE is DOUBLE PRECISION).
 All TIMESTAMP columns are UTC (naive timestamps); all durations are in seconds.
 
-Schema (version 6)
+Schema (version 8)
 ------------------
 
 Version 2 added model usage: ``runs.model_endpoint``, and ``model_calls``, ``input_tokens``,
@@ -14,6 +14,10 @@ Version 2 added model usage: ``runs.model_endpoint``, and ``model_calls``, ``inp
 (``runs.agent_config_hash``, ``model_checkpoint``, ``vm_image``, ``run_config``) and, on
 ``steps``, ``reasoning``, ``click_x`` and ``click_y``.
 Version 6 added ``task_results.task_fingerprint`` (comparisons pair only the same task version).
+Version 7 added ``runs.controller`` and ``runs.heartbeat_at`` (the run's lease: one controller
+per run id, and a run whose controller died shown as abandoned; adapters/store/lease.py).
+Version 8 added ``runs.scoring`` (how a server failure during evaluation counted:
+adapters/outcomes.py R9) and ``steps.delivery`` (how the environment delivered the action).
 Older files are upgraded in place when opened; a newer file is refused.
 
 ``schema_version(version INTEGER)``
@@ -45,6 +49,14 @@ Older files are upgraded in place when opened; a newer file is refused.
     vm_image             VARCHAR   image or snapshot the VMs started from (AMI id, Azure image
                                    id, "local-simulation"); NULL when unknown (existing VMs)
     run_config           JSON      the whole run configuration, secrets removed
+    baseline             VARCHAR   the baseline this is a run of (NULL for other runs)
+    selected_task_ids    JSON      the tasks the run selected (a resume must select the same)
+    controller           VARCHAR   the process running it: "host/pid/start time" (v7)
+    heartbeat_at         TIMESTAMP when that controller was last heard from (v7); a `running`
+                                   run whose controller died is shown as `abandoned`
+    scoring              VARCHAR   v8: "strict" (a server failure during evaluation is an
+                                   infrastructure error, never scored) or "waa-compat"
+                                   (scored as WAA does); NULL for runs before v8
     ==================== ========= =========================================================
 
 ``task_results`` -- one row per task *attempt*; primary key (run_id, task_id, attempt).
@@ -90,7 +102,9 @@ Older files are upgraded in place when opened; a newer file is refused.
     point a pointer action aimed at, in pixels of the screenshot: the action's x/y, or the
     centre of its target element's box; NULL for other actions or when unknown), and
     observation_error VARCHAR (schema v4: why the observation after this step lacks a part,
-    e.g. the accessibility tree the agent's own typing made unreadable; NULL when complete).
+    e.g. the accessibility tree the agent's own typing made unreadable; NULL when complete),
+    and delivery VARCHAR (schema v8: how the environment delivered the action, e.g. long text
+    typed in pieces; NULL when nothing was sent).
 
 ``latest_task_results`` (view) -- task_results restricted to the last attempt of each
 (run_id, task_id). Reports count this view, so a task retried after an infrastructure error
@@ -122,9 +136,18 @@ from pydantic import BaseModel, Field
 from adapters.benchmark import BenchmarkResult, ModelUsage, OutcomeKind
 import adapters.store.connections as connections
 import adapters.store.postgres as postgres
-from adapters.store.errors import SchemaVersionError, StoreError
+from adapters.secrets import is_secret_key, scrub_secrets
+from adapters.store.errors import (
+    RunLeaseHeld,
+    SchemaVersionError,
+    StoreDamaged,
+    StoreError,
+    StoreUnavailable,
+    is_outage,
+)
+from adapters.store.lease import Controller, liveness
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 8
 
 # In-place upgrades: MIGRATIONS[v] takes a file from version v to v + 1.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -156,6 +179,14 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE runs ADD COLUMN selected_task_ids JSON",
     ),
     5: ("ALTER TABLE task_results ADD COLUMN task_fingerprint VARCHAR",),
+    6: (
+        "ALTER TABLE runs ADD COLUMN controller VARCHAR",
+        "ALTER TABLE runs ADD COLUMN heartbeat_at TIMESTAMP",
+    ),
+    7: (
+        "ALTER TABLE runs ADD COLUMN scoring VARCHAR",
+        "ALTER TABLE steps ADD COLUMN delivery VARCHAR",
+    ),
 }
 
 # The outcomes after which a task is done for good; resume skips only these. Derived from the
@@ -192,7 +223,10 @@ _DDL: tuple[str, ...] = (
         vm_image VARCHAR,
         run_config JSON,
         baseline VARCHAR,
-        selected_task_ids JSON
+        selected_task_ids JSON,
+        controller VARCHAR,
+        heartbeat_at TIMESTAMP,
+        scoring VARCHAR
     )
     """,
     """
@@ -249,6 +283,7 @@ _DDL: tuple[str, ...] = (
         click_x DOUBLE,
         click_y DOUBLE,
         observation_error VARCHAR,
+        delivery VARCHAR,
         PRIMARY KEY (run_id, task_id, attempt, step_index)
     )
     """,
@@ -269,7 +304,7 @@ _RESULT_COLUMNS: tuple[str, ...] = (
 _STEP_COLUMNS: tuple[str, ...] = (
     "run_id", "task_id", "attempt", "step_index", "action_type", "action", "screenshot_path",
     "window_title", "agent_seconds", "env_seconds", "error", "model_calls", "input_tokens",
-    "output_tokens", "cost_usd", "reasoning", "click_x", "click_y", "observation_error",
+    "output_tokens", "cost_usd", "reasoning", "click_x", "click_y", "observation_error", "delivery",
 )
 _JSON_COLUMNS = frozenset({"agent_config", "timings", "action", "agent_details", "run_config", "selected_task_ids"})
 
@@ -279,48 +314,6 @@ def _usage_values(usage: ModelUsage | None) -> list[Any]:
     if usage is None:
         return [None, None, None, None]
     return [usage.calls, usage.input_tokens, usage.output_tokens, usage.cost_usd]
-
-
-# --- secrets ---------------------------------------------------------------------------------
-
-# Whole words of a key that mark it as a secret. "token" only as the key's last word, so
-# "access_token" and "hf_token" go but "max_tokens" and "token_budget" (settings we want in
-# provenance) stay.
-_SECRET_WORDS = frozenset(
-    {"secret", "secrets", "password", "passwords", "passwd", "passphrase", "credential",
-     "credentials", "authorization"}
-)
-_SECRET_SQUASHED = ("apikey", "accesskey", "privatekey", "secretkey", "sessionkey", "bearer")
-
-
-def _key_words(key: str) -> list[str]:
-    """Split snake_case, kebab-case and camelCase keys into lowercase words."""
-    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", key)
-    return [w for w in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if w]
-
-
-def is_secret_key(key: str) -> bool:
-    """True if a config key looks like it holds a secret (API key, token, password, ...)."""
-    words = _key_words(str(key))
-    if not words:
-        return False
-    if _SECRET_WORDS.intersection(words) or words[-1] == "token":
-        return True
-    squashed = "".join(words)
-    return any(marker in squashed for marker in _SECRET_SQUASHED)
-
-
-def scrub_secrets(value: Any) -> Any:
-    """A copy of `value` with every secret-looking key removed, at any depth.
-
-    Dicts are walked recursively, including dicts inside lists and tuples; other values are
-    returned unchanged. The input is never modified.
-    """
-    if isinstance(value, Mapping):
-        return {k: scrub_secrets(v) for k, v in value.items() if not is_secret_key(str(k))}
-    if isinstance(value, (list, tuple)):
-        return [scrub_secrets(v) for v in value]
-    return value
 
 
 # --- models ----------------------------------------------------------------------------------
@@ -366,6 +359,13 @@ class RunInfo(BaseModel):
     """The baseline (deployments/baselines.toml) this run is a run of; None for other runs."""
     selected_task_ids: list[str] | None = None
     """The tasks the run selected (sorted); a resume must select the same ones."""
+    controller: str | None = None
+    """The process running the run ("host/pid/start time"), set by `start_run`."""
+    heartbeat_at: dt.datetime | None = None
+    """When that controller was last heard from (naive UTC)."""
+    scoring: str | None = None
+    """How a server failure during evaluation counted (adapters/outcomes.py R9): "strict" or
+    "waa-compat"; None for runs recorded before schema 8."""
 
 
 def agent_config_hash(agent_config: Mapping[str, Any]) -> str:
@@ -424,6 +424,7 @@ class ResultStore:
         self._wait_seconds = wait_seconds
         self._lock = threading.RLock()
         self._closed = False
+        self._checked = False  # the DuckDB file's integrity was checked when first opened
         self._server: postgres.PgConnection | None = None
         if self._path is not None:
             if self._path.is_dir():
@@ -500,9 +501,12 @@ class ResultStore:
                         connections.connect(self.path, read_only=not write, wait_seconds=self._wait_seconds)
                     )
                 except connections.StoreBusyError as exc:
-                    raise StoreError(str(exc)) from exc
+                    raise StoreUnavailable(str(exc)) from exc
                 except duckdb.Error as exc:
-                    raise StoreError(f"{self._where}: cannot open as a DuckDB database: {exc}") from exc
+                    raise open_error(self._where, exc) from exc
+                if not self._checked:
+                    check_file_intact(conn, self.path, self._where)
+                    self._checked = True
                 yield conn
 
     def _server_session(self) -> Iterator[postgres.PgConnection]:
@@ -517,7 +521,8 @@ class ResultStore:
             if not postgres.is_engine_error(exc):
                 raise
             reason = " ".join(str(exc).split()) or type(exc).__name__
-            raise StoreError(f"{self._where}: {reason}") from exc
+            kind = StoreUnavailable if is_outage(exc) else StoreError
+            raise kind(f"{self._where}: {reason}") from exc
 
     @contextlib.contextmanager
     def reading(
@@ -602,7 +607,10 @@ class ResultStore:
 
     # --- runs -------------------------------------------------------------------------------
 
-    def start_run(self, run: RunInfo, *, resume: bool = False, change_selection: bool = False) -> None:
+    def start_run(
+        self, run: RunInfo, *, resume: bool = False, change_selection: bool = False,
+        controller: Controller | None = None,
+    ) -> None:
         """Record a new run. Secret-looking keys are dropped from `agent_config`.
 
         A run id that already exists is an error, unless `resume=True`: then the existing run
@@ -610,66 +618,107 @@ class ResultStore:
         suite, suite hash, agent configuration hash and task selection are unchanged, so a
         resumed run cannot mix two configurations. With `change_selection=True` the run's
         selection (and task count) becomes the new one instead.
+
+        `controller` (this process) takes the run's lease: `RunLeaseHeld` when another
+        controller that is still alive is running it (adapters/store/lease.py).
         """
+        with self._session(write=True) as conn:
+            conn.execute("BEGIN TRANSACTION")
+            try:
+                self._start_run(conn, run, resume, change_selection, controller)
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    conn.execute("ROLLBACK")
+                raise
+
+    def _start_run(self, conn: Any, run: RunInfo, resume: bool, change_selection: bool,
+                   controller: Controller | None) -> None:
         config_json = json.dumps(scrub_secrets(run.agent_config), sort_keys=True, default=str)
         run_config_json = json.dumps(scrub_secrets(run.run_config), sort_keys=True, default=str)
         config_hash = agent_config_hash(run.agent_config)
         selection_json = None if run.selected_task_ids is None else json.dumps(sorted(run.selected_task_ids))
-        with self._session(write=True) as conn:
-            existing = conn.execute(
-                "SELECT agent, model_id, suite, suite_hash, agent_config_hash, selected_task_ids FROM runs "
-                "WHERE run_id = ?",
-                [run.run_id],
-            ).fetchone()
-            if existing is not None:
-                if not resume:
-                    raise StoreError(
-                        f"{self._where}: run {run.run_id!r} already exists; pass resume=True to continue it"
-                    )
-                wanted = (run.agent, run.model_id, run.suite, run.suite_hash, config_hash)
-                names = ("agent", "model_id", "suite", "suite_hash", "agent_config_hash")
-                changed = [
-                    f"{n}: stored {old!r}, now {new!r}"
-                    for n, old, new in zip(names, existing, wanted)
-                    # Runs recorded before version 3 have no configuration hash to compare.
-                    if old != new and not (n == "agent_config_hash" and old is None)
-                ]
-                if changed:
-                    raise StoreError(
-                        f"{self._where}: cannot resume run {run.run_id!r} with a different "
-                        f"configuration ({'; '.join(changed)})"
-                    )
-                stored = _json_value(existing[5])
-                if not change_selection and run.selected_task_ids is not None:
-                    problem = selection_change(run.run_id, stored, run.selected_task_ids)
-                    if problem:
-                        raise StoreError(f"{self._where}: {problem}")
-                conn.execute(
-                    "UPDATE runs SET status = ?, finished_at = NULL, prefect_flow_run_id = "
-                    "coalesce(?, prefect_flow_run_id) WHERE run_id = ?",
-                    [run.status, run.prefect_flow_run_id, run.run_id],
+        holder = None if controller is None else str(controller)
+        # Locked on PostgreSQL, so two controllers starting one run id at once cannot both pass.
+        lock = " FOR UPDATE" if self._server_url is not None else ""
+        existing = conn.execute(
+            "SELECT agent, model_id, suite, suite_hash, agent_config_hash, selected_task_ids, status, "
+            f"controller, heartbeat_at, scoring FROM runs WHERE run_id = ?{lock}",
+            [run.run_id],
+        ).fetchone()
+        if existing is not None:
+            status, owner, heard = existing[6], existing[7], existing[8]
+            if holder is not None and owner not in (None, holder) and status == "running" \
+                    and liveness(status, owner, heard).alive:
+                raise RunLeaseHeld(f"{self._where}: {_lease_message(run.run_id, owner, heard)}")
+            if not resume:
+                raise StoreError(
+                    f"{self._where}: run {run.run_id!r} already exists; pass resume=True to continue it"
                 )
-                if selection_json is not None and (change_selection or stored is None):
-                    conn.execute(
-                        "UPDATE runs SET selected_task_ids = ?, task_count = ? WHERE run_id = ?",
-                        [selection_json, len(run.selected_task_ids or []), run.run_id],
-                    )
-                return
+            names = ("agent", "model_id", "suite", "suite_hash", "agent_config_hash", "scoring")
+            wanted = (run.agent, run.model_id, run.suite, run.suite_hash, config_hash, run.scoring)
+            stored_row = (*existing[:5], existing[9])
+            changed = [
+                f"{n}: stored {old!r}, now {new!r}"
+                for n, old, new in zip(names, stored_row, wanted)
+                # Runs recorded before version 3 (8) have no configuration hash (scoring) to compare.
+                if old != new and not (n in ("agent_config_hash", "scoring") and old is None)
+            ]
+            if changed:
+                raise StoreError(
+                    f"{self._where}: cannot resume run {run.run_id!r} with a different "
+                    f"configuration ({'; '.join(changed)})"
+                )
+            stored = _json_value(existing[5])
+            if not change_selection and run.selected_task_ids is not None:
+                problem = selection_change(run.run_id, stored, run.selected_task_ids)
+                if problem:
+                    raise StoreError(f"{self._where}: {problem}")
             conn.execute(
-                "INSERT INTO runs (run_id, started_at, finished_at, status, agent, agent_config, "
-                "model_id, suite, suite_hash, task_count, pool_size, provider, reset_level, "
-                "code_revision, prefect_flow_run_id, environment, model_endpoint, agent_config_hash, "
-                "model_checkpoint, vm_image, run_config, baseline, selected_task_ids) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    run.run_id, _to_utc_naive(run.started_at), _to_utc_naive(run.finished_at),
-                    run.status, run.agent, config_json, run.model_id, run.suite, run.suite_hash,
-                    run.task_count, run.pool_size, run.provider, run.reset_level,
-                    run.code_revision, run.prefect_flow_run_id, run.environment, run.model_endpoint,
-                    config_hash, run.model_checkpoint, run.vm_image, run_config_json,
-                    run.baseline, selection_json,
-                ],
+                "UPDATE runs SET status = ?, finished_at = NULL, prefect_flow_run_id = "
+                "coalesce(?, prefect_flow_run_id), controller = ?, heartbeat_at = ? WHERE run_id = ?",
+                [run.status, run.prefect_flow_run_id, holder, _utcnow(), run.run_id],
             )
+            if selection_json is not None and (change_selection or stored is None):
+                conn.execute(
+                    "UPDATE runs SET selected_task_ids = ?, task_count = ? WHERE run_id = ?",
+                    [selection_json, len(run.selected_task_ids or []), run.run_id],
+                )
+            return
+        conn.execute(
+            "INSERT INTO runs (run_id, started_at, finished_at, status, agent, agent_config, "
+            "model_id, suite, suite_hash, task_count, pool_size, provider, reset_level, "
+            "code_revision, prefect_flow_run_id, environment, model_endpoint, agent_config_hash, "
+            "model_checkpoint, vm_image, run_config, baseline, selected_task_ids, controller, heartbeat_at, scoring) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                run.run_id, _to_utc_naive(run.started_at), _to_utc_naive(run.finished_at),
+                run.status, run.agent, config_json, run.model_id, run.suite, run.suite_hash,
+                run.task_count, run.pool_size, run.provider, run.reset_level,
+                run.code_revision, run.prefect_flow_run_id, run.environment, run.model_endpoint,
+                config_hash, run.model_checkpoint, run.vm_image, run_config_json,
+                run.baseline, selection_json, holder, _utcnow(), run.scoring,
+            ],
+        )
+
+    def lease_holder(self, run_id: str) -> str | None:
+        """Why `run_id` cannot be started here now (another controller that is alive runs it),
+        or None. `start_run` decides for good; this lets a command refuse before any VM."""
+        with self._session(write=False) as conn:
+            row = conn.execute("SELECT status, controller, heartbeat_at FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        if row is None or row[0] != "running" or row[1] is None or not liveness(*row).alive:
+            return None
+        return _lease_message(run_id, row[1], row[2])
+
+    def heartbeat(self, run_id: str, controller: Controller) -> bool:
+        """Say `controller` is still running `run_id` (runs.heartbeat_at = now); False when the
+        run has another controller now (this one lost its lease)."""
+        with self._session(write=True) as conn:
+            row = conn.execute(
+                "UPDATE runs SET heartbeat_at = ? WHERE run_id = ? AND controller = ? RETURNING run_id",
+                [_utcnow(), run_id, str(controller)],
+            ).fetchone()
+        return row is not None
 
     def finish_run(self, run_id: str, status: str) -> None:
         """Set a run's final status and its finish time (now, UTC)."""
@@ -746,13 +795,16 @@ class ResultStore:
                 if isinstance(write, StoreError):
                     errors.append(write)
                     continue
-                conn.execute("BEGIN TRANSACTION")
                 try:
+                    conn.execute("BEGIN TRANSACTION")
                     write(conn)
                     conn.execute("COMMIT")
                     errors.append(None)
                 except Exception as exc:  # noqa: BLE001 - returned: the other results still land
-                    conn.execute("ROLLBACK")
+                    # A failed COMMIT (a full disk) has already ended the transaction, and a lost
+                    # server cannot roll back: the rollback's own error must not hide the cause.
+                    with contextlib.suppress(Exception):
+                        conn.execute("ROLLBACK")
                     errors.append(exc)
         return errors
 
@@ -780,7 +832,7 @@ class ResultStore:
                 json.dumps(step.action.model_dump(mode="json"), default=str),
                 self._stored_path(step.screenshot_path), step.window_title, step.agent_seconds,
                 step.env_seconds, step.error, *_usage_values(step.usage), step.action.reasoning,
-                *(step.action.aim_point() or (None, None)), step.observation_error,
+                *(step.action.aim_point() or (None, None)), step.observation_error, step.delivery,
             ]
             for step in result.steps
         ]
@@ -912,6 +964,14 @@ class ResultStore:
         }
 
 
+def _lease_message(run_id: str, owner: str, heard: dt.datetime | None) -> str:
+    """Why a run id is refused: its live controller, and when it was last heard from."""
+    who = Controller.parse(owner)
+    when = f", heard from at {heard:%H:%M:%S} UTC" if heard is not None else ""
+    return (f"run {run_id!r} is running elsewhere ({who.describe() if who else owner}{when}); wait for it to end, "
+            "or give another --run-id")
+
+
 def _stored_version(conn: Any, where: str) -> int | None:
     """The store's schema version (None for a new store); `SchemaVersionError` if it is newer
     than this code knows. The same SQL serves DuckDB and PostgreSQL."""
@@ -955,3 +1015,80 @@ def _timing(timings: Mapping[str, float], stage: str) -> float | None:
         if key in timings and timings[key] is not None:
             return float(timings[key])
     return None
+
+
+# DuckDB's file: three 4 KiB headers, then fixed-size blocks (pragma_database_size's block_size).
+_DUCKDB_HEADER_BYTES = 3 * 4096
+_DAMAGE_MARKS = ("Could not read enough bytes", "Corrupt database file", "checksum", "Failed to read")
+
+
+def open_error(where: str, exc: duckdb.Error) -> StoreError:
+    """The store error an engine error at opening means: damaged, unavailable for now, or other."""
+    text = " ".join(str(exc).split())
+    if "not a valid DuckDB database" in text:
+        return StoreError(f"{where}: cannot open as a DuckDB database: {text[:300]}")
+    if any(mark in text for mark in _DAMAGE_MARKS):
+        return StoreDamaged(f"{where}: the results database is damaged ({text[:200]}); nothing was written to it. "
+                            "Restore it from a copy, or move it aside to start a new one")
+    if is_outage(exc):
+        return StoreUnavailable(f"{where}: cannot open the results database: {text[:300]}")
+    return StoreError(f"{where}: cannot open as a DuckDB database: {text[:300]}")
+
+
+# Files found intact, by (path, size, modification time): a file is checked once per change.
+_INTACT: set[tuple[str, int, int]] = set()
+
+
+def check_file_intact(conn: duckdb.DuckDBPyConnection, path: Path, where: str) -> None:
+    """A cheap check, when a file is first opened, that every block the tables' data lives in
+    is in the file (DuckDB keeps its metadata at the end, so most truncations fail to open at
+    all; this catches the rest: a copy cut short, a half-written file). `StoreDamaged` naming
+    it; `verify_store` reads everything."""
+    if Path(f"{path}.wal").exists():
+        return  # blocks the log has not written back are not in the file yet
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key in _INTACT:
+        return
+    try:
+        block_size = conn.execute("SELECT block_size FROM pragma_database_size()").fetchone()[0]
+        highest = -1
+        for (table,) in conn.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall():
+            row = conn.execute(
+                "SELECT max(greatest(block_id, coalesce(list_max(additional_block_ids), -1))) "
+                f"FROM pragma_storage_info('{table}')"
+            ).fetchone()
+            if row is not None and row[0] is not None:
+                highest = max(highest, int(row[0]))
+    except duckdb.Error:
+        return  # reading the metadata failed: the first real read says why
+    present = (stat.st_size - _DUCKDB_HEADER_BYTES) // int(block_size)
+    if highest < present:
+        _INTACT.add(key)
+    else:
+        raise StoreDamaged(
+            f"{where}: the results database is damaged (its data uses block {highest}, the file holds {present} "
+            "blocks: it was cut short); nothing was written to it. Restore it from a copy, or move it aside to start "
+            "a new one"
+        )
+
+
+def verify_store(location: Path | str) -> int:
+    """Read every value of every table of a DuckDB store, so DuckDB checks every block's checksum
+    (`arena doctor`); the number of rows read. `StoreDamaged` naming the damage."""
+    path = Path(location)
+    try:
+        with connections.connect(path, read_only=True, wait_seconds=30) as conn:
+            check_file_intact(conn, path, str(path))
+            rows = 0
+            for table in ("runs", "task_results", "steps"):
+                columns = [c[0] for c in conn.execute(f"DESCRIBE {table}").fetchall()]
+                aggregates = ", ".join(f'max("{c}")' for c in columns)
+                conn.execute(f"SELECT {aggregates} FROM {table}").fetchall()
+                rows += int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+            return rows
+    except duckdb.Error as exc:
+        damaged = open_error(str(path), exc)
+        if isinstance(damaged, StoreDamaged):
+            raise damaged from exc
+        raise

@@ -17,17 +17,17 @@ clear error.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-import urllib.parse
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import duckdb
 
-from adapters.store.errors import StoreError
-
-SCHEMES = ("postgresql://", "postgres://")
+from adapters.secrets import redact_url
+from adapters.store.errors import StoreError, StoreUnavailable
+from adapters.store_location import is_server_location  # noqa: F401 - part of this module's interface
 
 # Held while a store creates or upgrades the schema, so two controllers starting at once do not
 # race on CREATE TABLE (PostgreSQL raises a unique violation on its catalog when they do).
@@ -45,19 +45,9 @@ VIEW_DDL = """
 """
 
 
-def is_server_location(location: object) -> bool:
-    """True when `location` names a PostgreSQL database (a postgresql:// URL) rather than a file."""
-    return isinstance(location, str) and location.startswith(SCHEMES)
-
-
 def redact(url: str) -> str:
-    """`url` with its password replaced by ***, for messages and provenance."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = (parts.username or "") + ":***"
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}@{netloc[1]}"))
+    """`url` with its password (in the user part or the query) replaced by ***, for messages."""
+    return redact_url(url)
 
 
 def ddl(statement: str) -> str:
@@ -130,28 +120,70 @@ def connect(url: str, *, connect_timeout: float = 10.0) -> PgConnection:
         conn = psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(connect_timeout)))
     except psycopg.Error as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise StoreError(f"{redact(url)}: cannot connect to the results store: {reason}") from exc
+        raise StoreUnavailable(f"{redact(url)}: cannot connect to the results store: {reason}") from exc
     return PgConnection(conn)
 
 
+# What `arena sql` runs on the team store: queries, never commands (COPY, SET, BEGIN, DO ...).
+READ_STATEMENTS = frozenset({"select", "with", "values", "table", "explain", "show"})
+
+
 def read_only_query(url: str, sql: str) -> tuple[list[str], list[tuple[Any, ...]]] | None:
-    """Run one query (PostgreSQL's dialect) in a read-only transaction: column names and rows,
-    or None for a statement without rows. ValueError with the server's first line when the
-    query fails (a write is refused by the server)."""
+    """Run one query (PostgreSQL's dialect) that cannot change anything: column names and rows,
+    or None for a statement without rows. ValueError naming the problem when the query is not
+    one read-only statement, or with the server's first line when it fails.
+
+    Three locks, each enough for most attempts: the statement must start with a query keyword
+    (`READ_STATEMENTS`: no COPY, SET, BEGIN or DO); it is sent as one prepared statement, so a
+    second statement after a ';' cannot ride along; and it runs inside a READ ONLY transaction
+    that is rolled back, so a data-modifying CTE or EXPLAIN ANALYZE of an UPDATE is refused by
+    the server itself."""
     import psycopg
 
+    keyword = leading_keyword(sql)
+    if keyword not in READ_STATEMENTS:
+        raise ValueError(f"arena sql runs queries only ({', '.join(sorted(READ_STATEMENTS))}); "
+                         f"{(keyword or 'an empty statement').upper()} is not one")
     conn = connect(url)
+    raw = conn._conn
     try:
-        conn.execute("SET default_transaction_read_only = on")
+        raw.execute("BEGIN TRANSACTION READ ONLY")
         try:
-            cursor = conn._conn.execute(sql)  # the user's SQL as written: no parameters
+            cursor = raw.execute(sql, prepare=True)  # prepared: exactly one statement
         except psycopg.Error as exc:
             raise ValueError(f"query failed: {str(exc).strip().splitlines()[0]}") from exc
         if cursor.description is None:
             return None
         return [column.name for column in cursor.description], cursor.fetchall()
     finally:
+        with contextlib.suppress(Exception):
+            raw.execute("ROLLBACK")
         conn.close()
+
+
+def leading_keyword(sql: str) -> str:
+    """The first word of `sql` after whitespace, -- and /* */ comments (nested, as PostgreSQL
+    reads them), lowercased; "" when there is none."""
+    position, depth = 0, 0
+    while position < len(sql):
+        if depth:
+            if sql.startswith("*/", position):
+                depth, position = depth - 1, position + 2
+            elif sql.startswith("/*", position):
+                depth, position = depth + 1, position + 2
+            else:
+                position += 1
+        elif sql[position].isspace() or sql[position] == "(":
+            position += 1
+        elif sql.startswith("--", position):
+            end = sql.find("\n", position)
+            position = len(sql) if end < 0 else end + 1
+        elif sql.startswith("/*", position):
+            depth, position = 1, position + 2
+        else:
+            match = re.match(r"[A-Za-z_]+", sql[position:])
+            return match.group(0).lower() if match else sql[position]
+    return ""
 
 
 def is_engine_error(exc: BaseException) -> bool:

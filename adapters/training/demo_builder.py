@@ -27,7 +27,7 @@ from adapters.agents.demos import Demo, load_demo_library
 from adapters.benchmark import POINTER_ACTIONS, ActionType, BenchmarkAction
 from adapters.results.source import ResultsSource
 from adapters.training.selection import Episode, EpisodeFilter, StepRow, iter_episodes
-from adapters.training.output import replaced_directory, usable_output_dir
+from adapters.training.output import OutputExists, replaced_directory, usable_output_dir
 from adapters.training.suites import SuiteTexts
 
 PROVENANCE = "provenance.jsonl"
@@ -38,6 +38,10 @@ _POINTER_WORDS = {ActionType.CLICK: "CLICK", ActionType.DOUBLE_CLICK: "DOUBLE_CL
 
 class DemoBuildError(ValueError):
     """The library cannot be built as asked; the message says why."""
+
+
+class DemoLibraryExists(OutputExists, DemoBuildError):
+    """The library's directory holds something already."""
 
 
 def _number(value: float) -> str:
@@ -95,7 +99,7 @@ def build_demo_library(
 ) -> DemoBuildSummary:
     """Write one demo per successfully solved task of `run_ids` into `out_dir` (a new
     directory, or an existing one with `overwrite`); the result loads with `load_demo_library`."""
-    out_dir = usable_output_dir(out_dir, overwrite, DemoBuildError)
+    out_dir = usable_output_dir(out_dir, overwrite, DemoLibraryExists)
     texts = SuiteTexts(held_out=list(held_out or []))
     summary = DemoBuildSummary(out_dir=out_dir)
     best: dict[str, Episode] = {}

@@ -41,7 +41,7 @@ from adapters.agents.prompting import PROMPT_VERSION, SYSTEM_PROMPT, history_tex
 from adapters.benchmark import POINTER_ACTIONS, BenchmarkAction, StepRecord
 from adapters.results.source import ResultsSource
 from adapters.training.selection import Episode, EpisodeFilter, StepRow, iter_episodes
-from adapters.training.output import replaced_directory, usable_output_dir
+from adapters.training.output import OutputExists, replaced_directory, usable_output_dir
 from adapters.training.suites import LeakageError, SuiteTexts
 
 Format = Literal["sft", "trajectories", "inspect"]
@@ -56,6 +56,10 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 class TrainingExportError(ValueError):
     """The export cannot be written as asked; the message names what and why."""
+
+
+class TrainingOutputExists(OutputExists, TrainingExportError):
+    """The export's directory holds something already."""
 
 
 def system_prompt() -> str:
@@ -108,7 +112,7 @@ def export_training(
         raise TrainingExportError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "sft" and images == "none":
         raise TrainingExportError("sft samples need their screenshots: use images 'files' or 'embed'")
-    out_dir = usable_output_dir(out_dir, overwrite, TrainingExportError)
+    out_dir = usable_output_dir(out_dir, overwrite, TrainingOutputExists)
     texts = SuiteTexts(held_out=list(held_out or []))
     task_ids, runs, leaked = _survey(source, selection, texts)
     if not task_ids:

@@ -10,12 +10,27 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-def usable_output_dir(out_dir: Path, overwrite: bool, error: type[ValueError]) -> Path:
+class OutputExists(Exception):
+    """Mixed into an exporter's own error when its output would replace what is already there.
+
+    The message says how to allow it in the Python API (`overwrite=True`); a caller with another
+    way of saying so words it with `with_option` (the CLI: `--overwrite`)."""
+
+    def __init__(self, what: str, *, replaced: str = "it") -> None:
+        super().__init__(f"{what}; pass overwrite=True to replace {replaced}")
+        self.what, self.replaced = what, replaced
+
+    def with_option(self, option: str) -> str:
+        """The message for a caller whose way to allow it is `option`."""
+        return f"{self.what}; add {option} to replace {self.replaced}"
+
+
+def usable_output_dir(out_dir: Path, overwrite: bool, error: type[OutputExists]) -> Path:
     """`out_dir` resolved; `error` when it exists and is not an empty directory (unless
     `overwrite`, which replaces a directory, never a file)."""
     out_dir = Path(out_dir).expanduser().resolve()
     if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not overwrite)):
-        raise error(f"{out_dir} exists and is not an empty directory; pass --overwrite to replace it")
+        raise error(f"{out_dir} exists and is not an empty directory")
     return out_dir
 
 

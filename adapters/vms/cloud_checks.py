@@ -18,8 +18,7 @@ import requests
 
 from adapters.checks import Check
 from adapters.vms.base import TAG_MANAGED, VMState
-
-DEFAULT_EGRESS_URL = "https://checkip.amazonaws.com"
+from adapters.vms.defaults import DEFAULT_EGRESS_URL
 # Service Quotas codes: EC2 vCPUs of running On-Demand / Spot Standard (A, C, D, H, I, M, R, T, Z)
 # instances, the families this product launches.
 AWS_VCPU_QUOTA = {False: "L-1216C47A", True: "L-34B43A08"}

@@ -10,6 +10,9 @@ levels work inside that guest without touching the cloud API:
 * ``ResetLevel.REBOOT``: ``system_reset`` (the reset button). Disk changes survive; Windows boots
   again (about 90 s on real VMs) and the WAA server is waited for.
 
+The monitor address is ``(host, port)`` for the cloud VMs' TCP monitor or the path of a Unix
+socket (the kvm provider's own QEMU processes); both speak the same protocol.
+
 Requirements on the QEMU side (see the cloud notes): every writable drive must be qcow2 (dockur's
 ``DISK_FMT`` defaults to raw), otherwise savevm fails with a text error that surfaces here as a
 :class:`~adapters.vms.base.ProviderError`.
@@ -24,7 +27,15 @@ import time
 from dataclasses import dataclass
 
 from adapters.vms.base import ProviderError, ResetLevel
-from adapters.vms.qmp import QMPClient, QMPConnectionError, QMPError, validate_snapshot_name
+from adapters.vms.qmp import (
+    QMPAddress,
+    QMPClient,
+    QMPConnectionError,
+    QMPError,
+    describe_address,
+    qmp_client,
+    validate_snapshot_name,
+)
 from adapters.waa.client import WAAClient
 from adapters.waa.errors import WAAError
 
@@ -33,8 +44,6 @@ DEFAULT_MONITOR_TIMEOUT = 600.0  # savevm/loadvm of a 16 GB guest takes seconds 
 BASELINE_READY_DEADLINE = 1800.0  # a fresh VM may still be booting Windows
 SNAPSHOT_READY_DEADLINE = 300.0
 REBOOT_READY_DEADLINE = 900.0
-
-QMPAddress = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -53,8 +62,7 @@ class ResetTiming:
 
 
 def _where(qmp_address: QMPAddress, waa_url: str) -> str:
-    host, port = qmp_address
-    return f"VM {host}:{port} (WAA {waa_url})"
+    return f"VM {describe_address(qmp_address)} (WAA {waa_url})"
 
 
 def _waa_client(waa_url: str) -> WAAClient:
@@ -114,10 +122,9 @@ def take_baseline_snapshot(
     start = time.monotonic()
     ready = _wait_ready(qmp_address, waa_url, "before savevm", ready_deadline, poll_seconds)
     monitor_start = time.monotonic()
-    host, port = qmp_address
     step = f"savevm {name}"
     try:
-        with QMPClient(host, port, timeout=monitor_timeout) as qmp:
+        with qmp_client(qmp_address, timeout=monitor_timeout) as qmp:
             try:
                 qmp.savevm(name)
             except QMPError as exc:
@@ -150,11 +157,10 @@ def snapshot_reset(
     """
     validate_snapshot_name(name)
     where = _where(qmp_address, waa_url)
-    host, port = qmp_address
     start = time.monotonic()
     step = f"loadvm {name}"
     try:
-        with QMPClient(host, port, timeout=monitor_timeout) as qmp:
+        with qmp_client(qmp_address, timeout=monitor_timeout) as qmp:
             try:
                 qmp.loadvm(name)
             except QMPError as exc:
@@ -184,11 +190,10 @@ def reboot_reset(
     old boot is not taken for the new one (negligible next to a ~90 s Windows boot).
     """
     where = _where(qmp_address, waa_url)
-    host, port = qmp_address
     start = time.monotonic()
     step = "system_reset"
     try:
-        with QMPClient(host, port, timeout=monitor_timeout) as qmp:
+        with qmp_client(qmp_address, timeout=monitor_timeout) as qmp:
             qmp.system_reset()
             step = "resume after system_reset"
             _ensure_running(qmp, where, step)

@@ -1,8 +1,10 @@
-"""A small QMP (QEMU Machine Protocol) client over TCP, standard library only.
+"""A small QMP (QEMU Machine Protocol) client over TCP or a Unix socket, standard library only.
 
 WAA's Windows-in-QEMU container exposes the QEMU monitor as QMP on TCP port 7200. The cloud
 providers use it for the guest-level resets (see :mod:`adapters.vms.guest_reset`): ``savevm`` /
-``loadvm`` of an internal snapshot and ``system_reset``.
+``loadvm`` of an internal snapshot and ``system_reset``. The kvm provider runs QEMU itself and
+gives each VM's monitor a Unix socket in a private directory (:func:`qmp_client` takes either
+address), so nothing but this host's owner can reach it.
 
 Protocol, as QEMU speaks it:
 
@@ -43,6 +45,9 @@ HMP_ERROR_CLASS = "HMPError"
 """The error class given to failures that HMP reported as text."""
 
 _MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+QMPAddress = tuple[str, int] | str
+"""Where a monitor listens: ``(host, port)`` for TCP, or the path of a Unix socket."""
 
 # One row of "info snapshots": ID, TAG, VM SIZE ("1.28 GiB", "0 B", "75M"), DATE, VM CLOCK...
 # The date is the anchor; QEMU pads columns with spaces but a long VM clock can run into the date.
@@ -117,7 +122,7 @@ def parse_snapshot_list(output: str) -> list[str]:
 
 
 class QMPClient:
-    """One QMP session with the monitor at ``host:port``; use it as a context manager.
+    """One QMP session with the monitor at ``host:port`` (or a Unix socket); use it as a context manager.
 
     ``timeout`` bounds connecting and each command (the whole wait for its reply, however many
     events arrive meanwhile); a command may pass its own ``timeout``. After a timeout the
@@ -125,9 +130,10 @@ class QMPClient:
     :class:`QMPConnectionError`.
     """
 
-    def __init__(self, host: str, port: int, timeout: float = 30.0) -> None:
+    def __init__(self, host: str, port: int | None, timeout: float = 30.0) -> None:
+        """TCP to ``host:port``; with ``port=None``, ``host`` is the path of a Unix socket."""
         self.host = host
-        self.port = int(port)
+        self.port = None if port is None else int(port)
         self.timeout = float(timeout)
         self.greeting: dict[str, Any] | None = None
         self.events: list[dict[str, Any]] = []
@@ -138,7 +144,7 @@ class QMPClient:
 
     @property
     def address(self) -> str:
-        return f"{self.host}:{self.port}"
+        return f"unix:{self.host}" if self.port is None else f"{self.host}:{self.port}"
 
     def __repr__(self) -> str:
         return f"QMPClient({self.address!r})"
@@ -158,7 +164,17 @@ class QMPClient:
             return
         deadline = time.monotonic() + self.timeout
         try:
-            self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+            if self.port is None:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(self.timeout)
+                try:
+                    sock.connect(self.host)
+                except OSError:
+                    sock.close()
+                    raise
+                self._sock = sock
+            else:
+                self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
         except OSError as exc:
             raise QMPConnectionError(self.address, "connect", f"cannot connect ({exc})") from exc
         self._broken = None
@@ -229,13 +245,17 @@ class QMPClient:
 
     # -- commands ----------------------------------------------------------------------------
 
-    def execute(self, command: str, arguments: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any:
+    def execute(self, command: str, arguments: dict[str, Any] | None = None, *, timeout: float | None = None,
+                fds: list[int] | None = None) -> Any:
         """Run one QMP command and return its ``"return"`` value.
 
         Events received while waiting are appended to :attr:`events`; replies carrying another
         id are ignored. Raises :class:`QMPError` on ``{"error"}`` and :class:`QMPConnectionError`
-        on timeouts and connection failures.
+        on timeouts and connection failures. ``fds`` (Unix sockets only) are passed along with
+        the command, as ``getfd`` needs.
         """
+        if fds and self.port is not None:
+            raise ValueError(f"QMP monitor {self.address}: file descriptors can only be passed over a Unix socket")
         if self._sock is None:
             if self._broken:
                 raise QMPConnectionError(self.address, command, f"session unusable after: {self._broken}")
@@ -248,7 +268,13 @@ class QMPClient:
         deadline = time.monotonic() + limit
         try:
             self._sock.settimeout(limit)
-            self._sock.sendall(json.dumps(request).encode("utf-8") + b"\r\n")
+            payload = json.dumps(request).encode("utf-8") + b"\r\n"
+            if fds:
+                # SCM_RIGHTS travels with the first byte; the rest follows as plain data.
+                sent = socket.send_fds(self._sock, [payload], fds)
+                self._sock.sendall(payload[sent:])
+            else:
+                self._sock.sendall(payload)
         except OSError as exc:
             raise self._fail(command, f"cannot send ({exc})", exc) from exc
         while True:
@@ -331,3 +357,16 @@ class QMPClient:
     def events_named(self, name: str) -> list[dict[str, Any]]:
         """The recorded events called `name` (e.g. "RESET", "STOP", "RESUME")."""
         return [event for event in self.events if event.get("event") == name]
+
+
+def qmp_client(address: QMPAddress, timeout: float = 30.0) -> QMPClient:
+    """A client for the monitor at `address`: ``(host, port)`` or a Unix socket's path."""
+    if isinstance(address, str):
+        return QMPClient(address, None, timeout=timeout)
+    host, port = address
+    return QMPClient(host, port, timeout=timeout)
+
+
+def describe_address(address: QMPAddress) -> str:
+    """`address` as messages show it: ``host:port`` or ``unix:PATH``."""
+    return f"unix:{address}" if isinstance(address, str) else f"{address[0]}:{address[1]}"

@@ -30,6 +30,7 @@ class ProviderSettings:
     quirks: bool = False  # local: reproduce a real WAA server's quirks
     quirk_settings: dict[str, Any] | None = None  # local with quirks: override the knobs
     ttl_hours: float | None = None  # aws/azure: expiry of created resources (None = the cloud config's)
+    pool_size: int | None = None  # kvm: the pool about to start, checked against the host (None: no checks)
 
 
 PROVIDERS: Registry[Callable[[ProviderSettings], VMProvider]] = Registry("VM provider")
@@ -73,6 +74,15 @@ def _azure(settings: ProviderSettings) -> VMProvider:
     from adapters.vms.azure import AzureProvider
 
     return AzureProvider(_cloud_section(settings, "azure"), settings.run_id)
+
+
+@PROVIDERS.register("kvm")
+def _kvm(settings: ProviderSettings) -> VMProvider:
+    from adapters.vms.kvm import KVMProvider, KVMSettings
+
+    # The [kvm] section is optional: without it, the Debian test guest with the defaults.
+    section = load_cloud_settings(settings.cloud_config).kvm or KVMSettings()
+    return KVMProvider(section, settings.run_id, pool_size=settings.pool_size)
 
 
 PROVIDER_NAMES: tuple[str, ...] = tuple(PROVIDERS)

@@ -24,17 +24,19 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from adapters.vms.aws import AWSSettings
 from adapters.vms.azure import AzureSettings
+from adapters.vms.kvm import KVMSettings
 
 CONFIG_ENV = "ARENA_CONFIG"
 
 
 class CloudSettings(BaseSettings):
-    """The cloud providers' settings; a section is None until configured."""
+    """The VM providers' settings; a section is None until configured."""
 
     model_config = SettingsConfigDict(env_prefix="ARENA_", env_nested_delimiter="__", extra="forbid")
 
     aws: AWSSettings | None = None
     azure: AzureSettings | None = None
+    kvm: KVMSettings | None = None  # QEMU/KVM VMs on this host (adapters/vms/kvm.py); optional
 
     @classmethod
     def settings_customise_sources(

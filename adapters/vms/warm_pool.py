@@ -20,14 +20,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from adapters.vms.base import Billing, ProviderError, VMHandle, VMProvider, VMState
+from adapters.vms.defaults import DEFAULT_POOL_TTL_HOURS
 
 # Pool names become parts of cloud resource names (Azure allows 64 characters for a VM name, and
 # the provider shortens longer ones with a hash): keep them short and plain.
 POOL_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,23}")
 POOL_PREFIX = "pool-"
-# How long a pool may sit unused before the janitor deletes it: a nightly pool is used daily,
-# so two days leaves room for one missed night.
-DEFAULT_POOL_TTL_HOURS = 48.0
 
 # Approximate on-demand list prices (USD, us-east / eastus, November 2026) of the default sizes,
 # for the idle-cost line only; --vm-hour-price and --disk-gb-month-price override them.

@@ -5,10 +5,30 @@ This is WAA's `pyautogui` action space: the server runs
 is embedded with `repr()`, which always yields one complete Python string literal, so no content
 (quotes, newlines, backslashes, `'); import os #`) can leave the literal and become code. Key names
 are additionally checked against pyautogui's key list.
+
+Before anything is sent, `check_action` refuses what the agent asked for that cannot be carried
+out (an unknown key, a point off the screen, an element that is not there, empty text): that is
+the agent's mistake (adapters/outcomes.py R3). What passes it is well formed, so a VM that then
+fails to carry it out has failed on its own (R1).
+
+Typing of any length: text is typed in pieces of at most `TYPE_PIECE_CHARS` characters, one
+/execute call each (`typing_pieces`), because one call must stay within two limits of the VM:
+
+* Windows refuses a command line longer than 32,766 characters (CreateProcess, `[WinError 206]`),
+  and WAA's /execute starts `python -c "<code>"` as a new process;
+* WAA's /execute kills its subprocess after 120 s, and `pyautogui.write(..., interval=0.01)`
+  sleeps 10 ms after each character; on the VM's Windows Python a 10 ms sleep lasts up to one
+  timer tick (15.6 ms), and each key press costs a little more.
+
+A piece of 1,000 characters takes 10 s of sleeps, about 16 s at the timer tick and 25 s even at
+25 ms a character: a fifth of the 120 s timeout. Its command line is at most about 3,100
+characters (the worst text alternates backslashes and quotes: `repr` doubles the backslash and
+Windows' quoting escapes both again), a tenth of Windows' limit (`command_line_length`).
 """
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass
 
 from adapters.benchmark import ActionType, BenchmarkAction, UIElement
@@ -46,9 +66,17 @@ TYPABLE = {chr(c) for c in range(0x20, 0x7F)} | {"\n", "\t", "\b"}
 
 PREAMBLE = "import pyautogui; import time; pyautogui.FAILSAFE = False; "
 
+# Typing (see the module docstring): pyautogui's pause after each character, and the most
+# characters one /execute call types.
+TYPE_INTERVAL_SECONDS = 0.01
+TYPE_PIECE_CHARS = 1000
+# Windows' limit on a whole command line (CreateProcess), in characters.
+WINDOWS_COMMAND_LINE_LIMIT = 32766
+
 
 class ActionTranslationError(ValueError):
-    """The action cannot be expressed on the VM (unknown key, unknown element id, ...)."""
+    """The action cannot be carried out as the agent asked (unknown key, unknown element id, a
+    point off the screen, empty text): the agent's mistake, found before anything is sent."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +163,11 @@ def to_pyautogui(action: BenchmarkAction, screen: Screen) -> str | None:
         return code
     if t is ActionType.TYPE:
         assert action.text is not None
-        return f"pyautogui.write({action.text!r}, interval=0.01)"
+        if len(action.text) > TYPE_PIECE_CHARS:
+            raise ValueError(
+                f"{len(action.text)} characters do not fit one /execute call; type them with typing_pieces"
+            )
+        return to_pyautogui_write(action.text)
     if t is ActionType.KEY:
         keys = split_key_combo(action)
         if len(keys) == 1:
@@ -157,6 +189,61 @@ def to_pyautogui(action: BenchmarkAction, screen: Screen) -> str | None:
         ex, ey = resolve_point(action, screen, end=True)
         return f"pyautogui.moveTo({x}, {y}); pyautogui.dragTo({ex}, {ey}, duration=0.5, button='left')"
     raise ActionTranslationError(f"no translation for action type {t.value}")
+
+
+def to_pyautogui_write(piece: str) -> str:
+    """The pyautogui code that types one piece of text (at most TYPE_PIECE_CHARS characters)."""
+    return f"pyautogui.write({piece!r}, interval={TYPE_INTERVAL_SECONDS!r})"
+
+
+def typing_pieces(text: str, size: int = TYPE_PIECE_CHARS) -> list[str]:
+    """`text` cut into consecutive pieces of at most `size` characters, each typed by its own
+    /execute call (the module docstring says why 1,000); "".join(pieces) == text."""
+    if size < 1:
+        raise ValueError(f"piece size must be >= 1, got {size}")
+    return [text[start : start + size] for start in range(0, len(text), size)]
+
+
+def command_line_length(command: list[str]) -> int:
+    """The length of the command line Windows' CreateProcess gets for `command` (Python's
+    subprocess joins a list with `list2cmdline`); it must not exceed WINDOWS_COMMAND_LINE_LIMIT."""
+    return len(subprocess.list2cmdline(command))
+
+
+def _on_screen(x: float, y: float, screen: Screen, what: str) -> None:
+    """ActionTranslationError when a pixel point lies outside the screen."""
+    if not (0 <= x < screen.width and 0 <= y < screen.height):
+        raise ActionTranslationError(f"{what} ({x:g}, {y:g}) is off the {screen.width}x{screen.height} screen")
+
+
+def check_action(action: BenchmarkAction, screen: Screen) -> None:
+    """Refuse, before anything reaches the VM, what the agent asked for that cannot be carried
+    out: an unknown key or modifier name, a point off the screen (pixels; normalised points are
+    checked by the schema), a target box whose centre is off the screen, an element id the
+    observed tree does not have, or text that is empty. ActionTranslationError names the problem
+    (adapters/outcomes.py R3: a failed step the agent sees; the VM is not touched)."""
+    t = action.type
+    for modifier in action.modifiers:
+        normalize_key(modifier)
+    if t is ActionType.TYPE and not action.text:
+        raise ActionTranslationError("type with empty text: there is nothing to type")
+    if t is ActionType.KEY:
+        split_key_combo(action)
+    if t in _POINTING:
+        if action.x is not None and action.y is not None and not action.normalized:
+            _on_screen(action.x, action.y, screen, f"{t.value} point")
+        elif action.target_bbox is not None and action.x is None:
+            left, top, right, bottom = action.target_bbox
+            _on_screen((left + right) / 2, (top + bottom) / 2, screen, f"{t.value} target box centre")
+        elif action.target_node_id is not None and action.x is None:
+            resolve_point(action, screen)  # the element must be in the observed tree, with a box
+    if t is ActionType.DRAG and action.end_x is not None and action.end_y is not None and not action.normalized:
+        _on_screen(action.end_x, action.end_y, screen, "drag end point")
+
+
+_POINTING = frozenset({
+    ActionType.CLICK, ActionType.DOUBLE_CLICK, ActionType.RIGHT_CLICK, ActionType.DRAG, ActionType.SCROLL,
+})
 
 
 _COMPUTER_CLICKS = {

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from adapters.benchmark import BenchmarkTask
+from adapters.waa.task_paths import host_path_problems
 
 Difficulty = Literal["normal", "hard"]
 
@@ -471,3 +472,8 @@ def _validate_task(path: Path, raw: Any, *, expected_id: str, strict_ids: bool) 
         raise TaskCatalogError(f"{path}: 'snapshot' must be a string, got {type(snapshot).__name__}")
     _validate_steps(path, raw["config"], "'config'")
     _validate_evaluator(path, raw["evaluator"])
+    escapes = host_path_problems(raw)
+    if escapes:
+        field, problem = escapes[0]
+        more = f" (and {len(escapes) - 1} more such field(s))" if len(escapes) > 1 else ""
+        raise TaskCatalogError(f"{path}: {field}: {problem}; refused: a task may not name host files outside its folder{more}")

@@ -1,7 +1,10 @@
 """HTTP client for the WAA server that runs inside a Windows VM (or the local simulation).
 
 One method per server route, typed results, a timeout per route, and retries with backoff only
-where a repeat is harmless (reads). The client hides none of the server's quirks from callers
+where a repeat is harmless (adapters/outcomes.py R10): reads, WAA's reset and clean-up calls
+(`/setup/close_all`, `/setup/clear_task_files`), window activation and read-only commands
+(`setup_execute(..., read_only=True)`). Calls that act (launches, task commands, actions) are sent
+once. The client hides none of the server's quirks from callers
 that need them (yes/no answers carried by status codes, /execute answering 200 for a failed
 command) but turns each into a typed value, and every failure into a `WAAError` that names the
 route (see adapters/waa/errors.py).
@@ -225,8 +228,11 @@ class WAAClient:
         """Run a command on the VM (POST /execute). A failed command is a result, not an error."""
         return self._execute("/execute", command, shell)
 
-    def _execute(self, route: str, command: list[str] | str, shell: bool) -> ExecuteResult:
-        response = self._request("POST", route, json={"command": command, "shell": shell}, timeout=self.timeouts.execute)
+    def _execute(self, route: str, command: list[str] | str, shell: bool, idempotent: bool = False) -> ExecuteResult:
+        response = self._request(
+            "POST", route, json={"command": command, "shell": shell}, timeout=self.timeouts.execute,
+            idempotent=idempotent,
+        )
         body = self._json(response, route)
         return ExecuteResult(
             status=str(body.get("status", "")),
@@ -336,12 +342,14 @@ class WAAClient:
         return response.status_code == 200
 
     def setup_activate_window(self, window_name: str, strict: bool = False, by_class: bool = False) -> bool:
-        """True when a matching window exists (and, strictly, became active); False on 404."""
+        """True when a matching window exists (and, strictly, became active); False on 404.
+        Bringing a window to the front twice is the same as once: retried like a read (R10)."""
         response = self._request(
             "POST",
             "/setup/activate_window",
             json={"window_name": window_name, "strict": strict, "by_class": by_class},
             ok_statuses=(200, 404),
+            idempotent=True,
         )
         return response.status_code == 200
 
@@ -355,10 +363,13 @@ class WAAClient:
         return response.status_code == 200
 
     def setup_close_all(self) -> None:
-        self._request("POST", "/setup/close_all", json={})
+        """Close every titled window (WAA's reset); closing what is already closed changes
+        nothing, so it is retried like a read (R10)."""
+        self._request("POST", "/setup/close_all", json={}, idempotent=True)
 
     def setup_clear_task_files(self) -> None:
-        self._request("POST", "/setup/clear_task_files", json={})
+        """Delete the files in Downloads (WAA's clean-up); retried like a read (R10)."""
+        self._request("POST", "/setup/clear_task_files", json={}, idempotent=True)
 
     def setup_create_folder(self, path: str) -> None:
         self._request("POST", "/setup/create_folder", json={"path": path})
@@ -398,17 +409,24 @@ class WAAClient:
             timeout=max(self.timeouts.default, 120.0),
         )
 
-    def setup_execute(self, command: list[str] | str, shell: bool = False) -> ExecuteResult:
-        """The same handler as /execute, under the setup prefix WAA's setup controller uses."""
-        return self._execute("/setup/execute", command, shell)
+    def setup_execute(self, command: list[str] | str, shell: bool = False, *, read_only: bool = False) -> ExecuteResult:
+        """The same handler as /execute, under the setup prefix WAA's setup controller uses.
+        `read_only=True` says the command changes nothing on the VM (e.g. `tasklist`), so a
+        dropped connection or a 5xx is retried like a read (R10); task commands are sent once."""
+        return self._execute("/setup/execute", command, shell, idempotent=read_only)
 
 
 def error_message(response: requests.Response) -> str:
-    """The server's own error message when it sent one, else a short body excerpt."""
+    """The server's own error message when it sent one, else a short body excerpt. A long
+    message keeps its start and its end (WAA's timeout message ends in "timed out after 120
+    seconds" after the whole command)."""
     try:
         body = response.json()
-        if isinstance(body, dict) and body.get("message"):
-            return str(body["message"])[:500]
+        if isinstance(body, dict) and "message" in body:
+            message = str(body["message"] or "")
+            if not message:
+                return f"{body.get('status', 'error')} (the server gave no message)"
+            return message if len(message) <= 500 else message[:240] + " ... " + message[-240:]
     except ValueError:
         pass
     return response.text[:200] or response.reason or "no body"

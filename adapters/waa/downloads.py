@@ -11,10 +11,13 @@ import hashlib
 import os
 from pathlib import Path
 
+from adapters.host_paths import inside
+
 
 def cached_download_path(download_dir: Path, url: str, name: str) -> Path:
     """`<download_dir>/<sha256(url)>/<basename(name)>`: the URL keys the copy; the name keeps the
-    file's extension (metrics look at it). `name` may be a Windows or POSIX path."""
+    file's extension (metrics look at it). `name` may be a Windows or POSIX path; a base name
+    that leads out of the folder ('..') raises `PathEscapeError`."""
     digest = hashlib.sha256(url.encode("utf-8")).hexdigest()
     base = os.path.basename(name.replace("\\", "/")) or "file"
-    return Path(download_dir) / digest / base
+    return inside(Path(download_dir) / digest, base, what="download file name")

@@ -15,6 +15,10 @@ what is wrong and the fix. Rules (their codes):
   or, offline, that is missing from the download cache.
 - ``infeasible-fail-only``: an infeasible task whose evaluator a bare ``FAIL`` satisfies: an agent
   that always gives up scores it (WAA-V2 removed these tasks).
+- ``path-outside-folder``: a field that names a file on the evaluation host (a getter's ``dest``,
+  a ``cache_file`` path, an ``execute`` step's ``stdout``, a download's cached name, a ``rule``
+  a file metric would open) leads out of its folder (absolute, ``..``): runs refuse the task
+  (adapters/waa/task_paths.py).
 
 A suite may accept rules it knowingly breaks, in ``arena-suite.toml`` beside its index::
 
@@ -36,12 +40,15 @@ from typing import Any
 from adapters.waa.catalog import TaskCatalogError, WAATaskCatalog
 from adapters.waa.downloads import cached_download_path
 from adapters.waa.suite_settings import SUITE_FILE, read_suite_settings
+from adapters.waa.host_fetch import FetchPolicy, FetchRefused
+from adapters.waa.task_paths import host_path_problems
 from adapters.waa.setup_steps import launched_program
 
 INDEX = "test_all.json"
 RULES = (
     "unreadable-task", "duplicate-id", "id-mismatch", "non-windows-path", "upload-into-missing-folder", "missing-program",
     "unknown-setup-type", "unknown-getter", "unknown-metric", "unfetchable-file", "infeasible-fail-only",
+    "path-outside-folder",
 )
 # Programs a Windows VM lacks that real WAA tasks launch or might (Linux tools).
 LINUX_PROGRAMS = frozenset({
@@ -175,13 +182,21 @@ def _lint_tasks(catalog: WAATaskCatalog, suite_dir: Path, report: LintReport, fi
         report.tasks += 1
         path = catalog.task_path(task_id)
         rel = path.relative_to(suite_dir).as_posix()
+        escapes: list[tuple[str, str]] = []
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
-            catalog.load(task_id)  # the catalog's own checks (keys, types)
+            escapes = host_path_problems(raw)
+            catalog.load(task_id)  # the catalog's own checks (keys, types, host paths)
         except (OSError, ValueError, TaskCatalogError) as exc:
-            findings.append(Finding(rel, "(file)", "unreadable-task", str(exc).replace(str(suite_dir) + "/", ""),
-                                    "make the file a JSON object with id, instruction, config and evaluator"))
-            continue
+            if not escapes:
+                findings.append(Finding(rel, "(file)", "unreadable-task", str(exc).replace(str(suite_dir) + "/", ""),
+                                        "make the file a JSON object with id, instruction, config and evaluator"))
+                continue
+        findings += [
+            Finding(rel, field, "path-outside-folder", f"{field.rsplit('.', 1)[-1]} {problem}", "give a plain name "
+                    "inside the task's folder, e.g. 'result.xlsx' (runs refuse this task as it is)", task_id)
+            for field, problem in escapes
+        ]
         file_id = raw.get("id")
         if file_id != task_id:
             findings.append(Finding(rel, "id", "id-mismatch", f"id {file_id!r} is not the file's name {task_id!r}",
@@ -362,12 +377,12 @@ def _coverage_findings(rel: str, raw: dict[str, Any], task_id: str) -> list[Find
         if isinstance(name, str) and name not in METRICS:
             where = f"evaluator.func[{i}]" if isinstance(func, list) else "evaluator.func"
             found.append(Finding(rel, where, "unknown-metric", f"metric {name!r} does not exist",
-                                 "use a metric WAA defines (arena tasks new --list-metrics shows them)", task_id))
+                                 "use a metric WAA defines (arena tasks new --list shows them)", task_id))
     for where, spec in _evaluator_specs(evaluator):
         kind = spec.get("type")
         if isinstance(kind, str) and kind not in GETTERS:
             found.append(Finding(rel, f"{where}.type", "unknown-getter", f"getter {kind!r} does not exist",
-                                 "use a getter WAA defines (arena tasks new --list-getters shows them)", task_id))
+                                 "use a getter WAA defines (arena tasks new --list shows them)", task_id))
     return found
 
 
@@ -394,13 +409,19 @@ def _url_findings(urls: dict[str, list[tuple[str, str, str, str]]], cache: Path 
 
 
 def _fetch_problem(url: str, timeout: float) -> str | None:
+    """Why a run could not fetch `url`, asked as a run would (the same fetch policy), or None."""
     import requests
 
+    policy = FetchPolicy.from_env()
     try:
-        response = requests.head(url, timeout=timeout, allow_redirects=True)
-        if response.status_code in (403, 405):  # some hosts refuse HEAD: ask for the first byte
-            response = requests.get(url, timeout=timeout, stream=True, headers={"Range": "bytes=0-0"})
-            response.close()
+        policy.check_url(url)
+        with policy.session() as session:
+            response = session.head(url, timeout=timeout, allow_redirects=True)
+            if response.status_code in (403, 405):  # some hosts refuse HEAD: ask for the first byte
+                response = session.get(url, timeout=timeout, stream=True, headers={"Range": "bytes=0-0"})
+                response.close()
+    except FetchRefused as exc:
+        return f"runs would refuse to fetch it: {exc}"
     except requests.RequestException as exc:
         return f"{url} cannot be fetched: {type(exc).__name__}"
     if response.status_code >= 400:

@@ -27,18 +27,26 @@ from adapters.benchmark import (
 )
 from adapters.waa.accessibility import focused_element, parse_accessibility_xml
 from adapters.waa.actions import (
+    TYPE_PIECE_CHARS,
+    ActionTranslationError,
     Screen,
+    check_action,
     clamp,
+    clipboard_chunks,
     to_clipboard_paste,
     to_computer_click,
     to_execute_command,
     to_pyautogui,
+    to_pyautogui_write,
+    typing_pieces,
     untypable_characters,
 )
 from adapters.outcomes import (
     EnvironmentFault,
     Fault,
+    Scoring,
     classify_action_error,
+    classify_command_failure,
     classify_tree_error,
     evaluation_outcome,
     has_control_characters,
@@ -61,9 +69,12 @@ _POINTER = {ActionType.CLICK, ActionType.DOUBLE_CLICK, ActionType.RIGHT_CLICK}
 
 
 class ActionRejected(RuntimeError):
-    """The VM ran the agent's action and it failed for the agent's reasons (bad key, fail-safe).
+    """The VM ran the agent's action and it failed for the agent's reasons (pyautogui's
+    fail-safe: the pointer stayed in a screen corner).
 
-    Server-side failures raise `adapters.outcomes.EnvironmentFault` instead (rule R1).
+    An action the agent asked for that cannot be carried out is refused before it is sent
+    (`adapters.waa.actions.ActionTranslationError`, R3); a well-formed action the VM failed to
+    carry out raises `adapters.outcomes.EnvironmentFault` (R1).
     """
 
 
@@ -92,6 +103,9 @@ class LiveAdapterSettings:
     # reruns of the setup before the attempt is a setup failure (V2 restarts up to three times).
     initial_state_check: bool = False
     initial_state_retries: int = 2
+    # How a server failure during evaluation counts (adapters/outcomes.py R9): "strict" never
+    # scores it; "waa-compat" scores it as WAA's evaluator does, to reproduce WAA's numbers.
+    scoring: Scoring = "strict"
 
 
 class WAALiveAdapter(BenchmarkAdapter):
@@ -244,26 +258,74 @@ class WAALiveAdapter(BenchmarkAdapter):
         except WAAError as exc:
             raise EnvironmentFault.from_error("observation", exc) from exc
 
-    def apply(self, action: BenchmarkAction) -> None:
-        """Run one action on the VM.
+    def apply(self, action: BenchmarkAction) -> str | None:
+        """Run one action on the VM; returns how it was delivered (the step records it), or None
+        for actions that touch nothing.
 
-        Raises ActionRejected when the action failed for the agent's reasons (R3) and
-        EnvironmentFault when the server failed it (R1). Element clicks go through the server's
-        Set-of-Marks path, text pyautogui cannot type (non-ASCII, control characters) through the
-        clipboard, everything else through pyautogui.
+        What the agent asked for is checked first (`check_action`): an unknown key, a point off
+        the screen, a missing element or empty text raises ActionTranslationError and nothing is
+        sent (R3). Element clicks then go through the server's Set-of-Marks path, text pyautogui
+        cannot type (non-ASCII, control characters) through the clipboard, everything else
+        through pyautogui, long text in pieces (`typing_pieces`). A well-formed action the VM
+        fails to carry out raises EnvironmentFault (R1); the fail-safe corner, ActionRejected.
         """
         self._last_action = action
+        width, height = self._observation_call(self.screen_size)
+        tree = self._last_observation.accessibility_tree if self._last_observation else None
+        screen = Screen(width=width, height=height, tree=tree)
+        check_action(action, screen)
         if action.type is ActionType.TYPE and action.text and has_control_characters(action.text):
             self._typed_control_characters = True
         if action.type in _POINTER and action.target_node_id is not None and action.x is None:
             index = self._marks.index_of(action.target_node_id)
             if self.settings.element_clicks == "computer" and index is not None and not self._near_corner(index):
                 self._execute_windows(to_computer_click(action, index), action, marks_needed=True)
-                return
+                return f"computer.mouse.move_id({index}) (Set-of-Marks)"
         if action.type is ActionType.TYPE and action.text and untypable_characters(action.text):
             self._execute_windows(to_clipboard_paste(action.text), action, marks_needed=False)
-            return
-        self._execute_pyautogui(action)
+            pieces = len(clipboard_chunks(action.text))
+            return f"clipboard paste through /execute_windows: {len(action.text)} characters in {pieces} piece(s)"
+        if action.type is ActionType.TYPE and action.text:
+            return self._type_in_pieces(action.text)
+        code = to_pyautogui(action, screen)
+        if code is None:
+            return None
+        self._run_harness_code(code)
+        return "pyautogui through /execute"
+
+    def _type_in_pieces(self, text: str) -> str:
+        """Type `text` with pyautogui, one /execute call per piece (actions.py says why the size).
+
+        A piece the server failed, or lost the connection on, may have typed part of itself, so
+        nothing is retried: the attempt ends (R2) saying how much had been typed."""
+        pieces = typing_pieces(text)
+        for number, piece in enumerate(pieces, 1):
+            typed = sum(len(p) for p in pieces[: number - 1])
+            where = (
+                f" (typing piece {number} of {len(pieces)}; {typed} of {len(text)} characters were typed before it)"
+                if len(pieces) > 1 else ""
+            )
+            self._run_harness_code(to_pyautogui_write(piece), where)
+        return (
+            f"pyautogui.write through /execute: {len(text)} characters in {len(pieces)} piece(s) "
+            f"of at most {TYPE_PIECE_CHARS}"
+        )
+
+    def _run_harness_code(self, code: str, where: str = "") -> None:
+        """Run pyautogui code the harness translated from a checked action. Any failure, a
+        server error or a command that ran and failed (an OS error such as `[WinError 5] Access
+        is denied`), is the environment's (R1): the code is ours and well formed."""
+        try:
+            result = self.client.execute(to_execute_command(code))
+        except WAAError as exc:
+            raise EnvironmentFault("action", exc.endpoint, exc.message + where) from exc
+        if not result.ok and classify_command_failure(authored_by="harness") is Fault.ENVIRONMENT:
+            detail = (result.error or result.output).strip().splitlines()
+            raise EnvironmentFault(
+                "action", "/execute",
+                f"the VM failed to carry out the action (returncode {result.returncode}): "
+                f"{detail[-1] if detail else 'no output'}{where}",
+            )
 
     def _near_corner(self, index: int) -> bool:
         """move_id goes to the element's centre unclamped; near a corner use clamped pyautogui."""
@@ -310,30 +372,7 @@ class WAALiveAdapter(BenchmarkAdapter):
     def recover_from_failsafe(self) -> None:
         """Move the pointer to the screen centre with the fail-safe off, so actions work again."""
         width, height = self.screen_size()
-        try:
-            result = self.client.execute(to_execute_command(f"pyautogui.moveTo({width // 2}, {height // 2})"))
-        except WAAError as exc:
-            raise EnvironmentFault.from_error("action", exc) from exc
-        if not result.ok:
-            raise ActionRejected(f"could not recover from the pyautogui fail-safe: {result.error.strip()}")
-
-    def _execute_pyautogui(self, action: BenchmarkAction) -> None:
-        tree = self._last_observation.accessibility_tree if self._last_observation else None
-        width, height = self.screen_size()
-        code = to_pyautogui(action, Screen(width=width, height=height, tree=tree))
-        if code is None:
-            return
-        try:
-            result = self.client.execute(to_execute_command(code))
-        except WAAError as exc:
-            raise EnvironmentFault.from_error("action", exc) from exc
-        if not result.ok:
-            # The command ran and failed (an unknown key, a bad coordinate): the agent's step.
-            detail = (result.error or result.output).strip().splitlines()
-            raise ActionRejected(
-                f"{action.describe()} failed on the VM (returncode {result.returncode}): "
-                f"{detail[-1] if detail else 'no output'}"
-            )
+        self._run_harness_code(f"pyautogui.moveTo({width // 2}, {height // 2})", " (moving the pointer off the fail-safe corner)")
 
     @property
     def last_action(self) -> BenchmarkAction | None:
@@ -349,8 +388,8 @@ class WAALiveAdapter(BenchmarkAdapter):
     def step(self, action: BenchmarkAction) -> tuple[BenchmarkObservation, bool, dict[str, Any]]:
         info: dict[str, Any] = {}
         try:
-            self.apply(action)
-        except ActionRejected as exc:
+            info["delivery"] = self.apply(action)
+        except (ActionTranslationError, ActionRejected) as exc:
             info["error"] = str(exc)
         if action.type.ends_episode:
             return self._last_observation or BenchmarkObservation(), True, info
@@ -360,9 +399,11 @@ class WAALiveAdapter(BenchmarkAdapter):
     def settle(self) -> Settled:
         """Wait until the screen has settled after the last action (per `settings.settle`), so
         the next observation never sees it half-drawn; that observation reuses the last capture."""
-        action = self._last_action.type if self._last_action is not None else ActionType.WAIT
+        last = self._last_action
+        action = last.type if last is not None else ActionType.WAIT
         self._settled = settle(
-            lambda: self._observation_call(self.client.screenshot), self._screenshot, action, self.settings.settle
+            lambda: self._observation_call(self.client.screenshot), self._screenshot, action, self.settings.settle,
+            text=last.text if last is not None else None,
         )
         return self._settled
 
@@ -384,8 +425,14 @@ class WAALiveAdapter(BenchmarkAdapter):
                 download_dir=self.setup_runner.download_dir,
                 devtools_url=self.setup_runner.devtools_url,
                 flavor=self.settings.flavor,
+                scoring=self.settings.scoring,
+                agent_typed_control_characters=self._typed_control_characters,
             )
         kind = evaluation_outcome(outcome.kind, outcome.score)
+        reason = outcome.reason
+        if self.setup_runner.notes:
+            # What setup and postconfig carried on past (e.g. a strict activation WAA logs, R6).
+            reason += " [setup notes: " + "; ".join(dict.fromkeys(self.setup_runner.notes)) + "]"
         return BenchmarkResult(
             task_id=task.task_id,
             domain=task.domain,
@@ -393,8 +440,8 @@ class WAALiveAdapter(BenchmarkAdapter):
             success=kind is OutcomeKind.SUCCESS,
             score=outcome.score if outcome.kind == "scored" else 0.0,
             infeasible=task.infeasible,
-            reason=outcome.reason,
-            error=None if outcome.kind == "scored" else outcome.reason,
+            reason=reason,
+            error=None if outcome.kind == "scored" else reason,
         )
 
     def close(self) -> None:

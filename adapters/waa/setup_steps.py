@@ -1,7 +1,8 @@
 """Run WAA task setup steps (a task's `config`, and `postconfig` before evaluation).
 
 Each step is `{"type": T, "parameters": {...}}` as in WAA's task files. Unlike WAA's own setup
-controller, which logs most HTTP failures and carries on, a step that fails here raises, sorted
+controller, which logs most HTTP failures and carries on, a step that fails here raises (except a
+strict window activation the server could not complete, which WAA logs and so do we), sorted
 by adapters/outcomes.py rule R6: a problem of the task's own data (a missing file or program, a
 window that never appears) raises `SetupStepError` naming the step and carrying the server's
 message (a setup failure, not retried); a server that failed the call for its own reasons
@@ -24,12 +25,14 @@ from typing import Any
 
 import requests
 
+from adapters.host_paths import inside
 from adapters.outcomes import EnvironmentFault, Fault, classify_download_error, classify_setup_error
 from adapters.registry import Registry
 from adapters.waa.browser_setup import BrowserSetupError, DevToolsClient, close_tabs, open_tabs, update_browse_history
 from adapters.waa.client import ExecuteResult, WAAClient
 from adapters.waa.downloads import cached_download_path
-from adapters.waa.errors import WAAConnectionError, WAAError
+from adapters.waa.errors import WAAConnectionError, WAAError, WAAHTTPError
+from adapters.waa.host_fetch import FetchPolicy
 
 # WAA's `until` loop: retry every 0.3 s, give up after 5 failed requests. WAA retries forever
 # while requests succeed but the condition is unmet; we stop after UNTIL_MAX_ATTEMPTS (~30 s).
@@ -107,8 +110,12 @@ class SetupRunner:
         launch_verify_seconds: float = 30.0,
         devtools_url: str | None = None,
         download_dir: Path | None = None,
+        fetch_policy: FetchPolicy | None = None,
     ) -> None:
         self.client = client
+        # What the host may download for a task (adapters/waa/host_fetch.py): a refused URL is
+        # the task's own setup failure.
+        self.fetch_policy = fetch_policy or FetchPolicy.from_env()
         self.cache_dir = cache_dir
         # Downloads are keyed by URL and may be shared between attempts (and so between
         # threads); everything else in cache_dir belongs to one attempt.
@@ -191,7 +198,7 @@ class SetupRunner:
     def _processes(self) -> dict[int, str] | None:
         """Running processes by PID (`tasklist`), or None when the VM cannot list them."""
         try:
-            result = self.client.setup_execute(TASKLIST_COMMAND)
+            result = self.client.setup_execute(TASKLIST_COMMAND, read_only=True)
         except WAAConnectionError:
             raise
         except WAAError as exc:
@@ -232,7 +239,26 @@ class SetupRunner:
 
     @step("activate_window")
     def _activate_window(self, window_name: str, strict: bool = False, by_class: bool = False) -> None:
-        if not self.client.setup_activate_window(window_name, strict=strict, by_class=by_class):
+        """WAA's activate_window. A strict activation of a window that exists but that the
+        server fails to bring to the front (WAA's handler asserts `window.isActive`: a 500) is
+        logged and setup carries on, as WAA's setup controller does (adapters/outcomes.py R6);
+        the window must still exist (a non-strict check), else the step fails."""
+        try:
+            found = self.client.setup_activate_window(window_name, strict=strict, by_class=by_class)
+        except WAAHTTPError as exc:
+            if not (strict and exc.status >= 500 and classify_setup_error(exc) is Fault.ENVIRONMENT):
+                raise
+            if not self.client.setup_activate_window(window_name, strict=False, by_class=by_class):
+                raise ValueError(
+                    f"no window matching {window_name!r} (the strict activation failed: {exc.message})"
+                ) from exc
+            self.notes.append(
+                f"strict activation of {window_name!r} failed on the VM ({exc.message}); the window exists but may "
+                "not be in front. WAA's setup controller logs this and carries on, and so does this run "
+                "(adapters/outcomes.py R6)"
+            )
+            return
+        if not found:
             raise ValueError(f"no window matching {window_name!r}")
 
     @step("execute")
@@ -277,7 +303,7 @@ class SetupRunner:
 
     def _save_output(self, name: str, text: str) -> None:
         if name:
-            target = self.cache_dir / Path(name).name  # never write outside the cache
+            target = inside(self.cache_dir, name, what="command output file")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
 
@@ -343,7 +369,7 @@ class SetupRunner:
         cached = self.download_cache_path(url, name)
         if cached.exists():
             return cached.read_bytes()
-        response = requests.get(url, timeout=self.download_timeout)
+        response = self.fetch_policy.get(url, timeout=self.download_timeout)
         response.raise_for_status()
         cached.parent.mkdir(parents=True, exist_ok=True)
         # A temporary file of this writer's own, renamed into place: two attempts fetching the

@@ -11,7 +11,7 @@ completion JSON with usage). Each request takes the next item of the script:
   for replies that depend on what the agent sent (element ids, screenshot sizes).
 
 Every request is recorded (path, headers, JSON body, arrival time) in `server.requests`. When the
-script runs out the server answers 500 with "script exhausted".
+script runs out the server answers its `default` reply, or 500 with "script exhausted".
 """
 
 from __future__ import annotations
@@ -91,9 +91,11 @@ def openai_completion(text: str, *, prompt_tokens: int = 100, completion_tokens:
 class FakeModelServer:
     """One fake API server in a background thread; use as a context manager."""
 
-    def __init__(self, kind: Literal["anthropic", "openai"], script: list[Reply] | None = None) -> None:
+    def __init__(self, kind: Literal["anthropic", "openai"], script: list[Reply] | None = None, *,
+                 default: Reply | None = None) -> None:
         self.kind = kind
         self.script: list[Reply] = list(script or [])
+        self.default = default  # the reply once the script has run out (None: a 500)
         self.requests: list[RecordedRequest] = []
         self.errors: list[str] = []  # callbacks that raised (answered as 500s)
         # The model listing (GET /v1/models): the models served, and the key it accepts (None: any).
@@ -142,7 +144,7 @@ class FakeModelServer:
     def _next_reply(self, request: RecordedRequest) -> tuple[int, dict[str, str], dict]:
         with self._lock:
             self.requests.append(request)
-            item: Reply | None = self.script.pop(0) if self.script else None
+            item: Reply | None = self.script.pop(0) if self.script else self.default
         if request.path.split("?")[0] != self.expected_path:
             return 404, {}, self._error_body(404, f"no route {request.path}")
         if item is None:

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import requests
+
 PROJECT = Path(__file__).resolve().parents[2]
 PREFECT_BIN = Path(sys.executable).parent / "prefect"
 T = TypeVar("T")
@@ -57,3 +59,48 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 10) -> None:
 def tail(path: Path, n: int = 4000) -> str:
     """The last `n` characters of a log file, for failure messages."""
     return path.read_text(errors="replace")[-n:] if path.exists() else ""
+
+
+def clean_env() -> dict[str, str]:
+    """This environment without Prefect's or the product's settings (a subprocess chooses its own)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "ARENA_"))}
+
+
+class PrefectServer:
+    """`prefect server start` on a fixed port and home, so it can be killed and started again."""
+
+    def __init__(self, home: Path, log: Path) -> None:
+        self.port = free_port()
+        self.api_url = f"http://127.0.0.1:{self.port}/api"
+        self.home, self.log = home, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {
+            **clean_env(),
+            "PREFECT_HOME": str(self.home),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
+            "PREFECT_LOGGING_LEVEL": "WARNING",
+            # Scheduled runs appear within seconds of a deployment being (re)activated.
+            "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",
+        }
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [str(PREFECT_BIN), "server", "start", "--host", "127.0.0.1", "--port", str(self.port), "--no-ui"],
+                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        try:
+            wait_for("the server's /api/health", lambda: requests.get(f"{self.api_url}/health", timeout=2).ok, 90)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\nserver log:\n{tail(self.log)}") from None
+
+    def kill(self) -> None:
+        """SIGKILL, as the OOM killer or a crashed host would: no shutdown of any kind."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop(self.proc)

@@ -3,6 +3,7 @@ tests/deployments/test_deployments_server.py runs them against a real Prefect se
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,24 +18,41 @@ from flows.baselines import (
     model_update_config,
     slug,
 )
-from flows.run_config import SuiteRunConfig
 from flows.notify import model_updated_event
+from tests.agents.fake_model_servers import FakeModelServer, openai_completion
 
 PROJECT = Path(__file__).resolve().parents[2]
 
 
 def test_deployment_defaults_round_trip() -> None:
     deployment = build_deployment()
-    assert deployment.name == "bundled-local"
-    config = SuiteRunConfig.model_validate(deployment.parameters["config"])
+    assert deployment.name == "on-demand" and deployment.entrypoint == "flows/baselines.py:evaluate_baseline"
+    assert deployment.parameters == {"baseline": "scripted-bundled-local"}
+    (baseline,) = [b for b in load_baselines(PROJECT / "deployments" / "baselines.toml") if b.name == "scripted-bundled-local"]
+    config = baseline_config(baseline)
     assert config.agent == "scripted" and config.provider == "local"
     assert (config.suite_dir / "test_all.json").exists()
+
+
+# What a served flow's caller (anyone who reaches the Prefect API) may choose: names only.
+NAME_PARAMETERS = {"baseline", "run_id", "model", "endpoint", "checkpoint"}
+
+
+def test_served_flows_take_names_not_configurations() -> None:
+    import inspect
+
+    for deployment in build_deployments():
+        module, function = deployment.entrypoint.split(":")
+        flow = getattr(__import__(module.removesuffix(".py").replace("/", "."), fromlist=[function]), function)
+        parameters = set(inspect.signature(flow.fn).parameters)
+        assert parameters <= NAME_PARAMETERS, (deployment.name, parameters - NAME_PARAMETERS)
+        assert set(deployment.parameters) <= NAME_PARAMETERS
 
 
 def test_build_deployments_schedule_and_trigger(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ARENA_NIGHTLY_TIMEZONE", "Europe/Berlin")
     by_name = {d.name: d for d in build_deployments()}
-    assert set(by_name) == {"bundled-local", "nightly-baselines", "on-model-update"}
+    assert set(by_name) == {"on-demand", "nightly-baselines", "on-model-update"}
     nightly = by_name["nightly-baselines"]
     assert nightly.entrypoint == "flows/baselines.py:nightly_baselines"
     (schedule,) = nightly.schedules
@@ -44,7 +62,18 @@ def test_build_deployments_schedule_and_trigger(monkeypatch: pytest.MonkeyPatch)
     assert trigger.expect == {"model.updated"}
     assert trigger.match.model_dump() == {"prefect.resource.id": "model.*"}
     assert set(trigger.parameters) == {"model", "endpoint", "checkpoint"}
-    assert on_update.parameters["baseline"] == "scripted-bundled-local"
+    assert "model.updated" in trigger.description and "plan-replay-local" in trigger.description
+    assert on_update.parameters["baseline"] == "plan-replay-local"  # the shipped baseline that calls a model
+
+
+def test_on_model_update_is_not_served_for_a_baseline_that_calls_no_model(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ARENA_MODEL_BASELINE", "scripted-bundled-local")
+    names = {d.name for d in build_deployments()}
+    assert names == {"on-demand", "nightly-baselines"}
+    err = capsys.readouterr().err
+    assert "on-model-update is not served: baseline 'scripted-bundled-local' runs the 'scripted' agent" in err
 
 
 def test_model_template_strips_the_resource_prefix() -> None:
@@ -69,7 +98,9 @@ def test_model_template_strips_the_resource_prefix() -> None:
 
 def test_shipped_baselines_file_loads() -> None:
     baselines = load_baselines(PROJECT / "deployments" / "baselines.toml")
-    assert [b.name for b in baselines] == ["scripted-bundled-local"]
+    assert [b.name for b in baselines] == ["scripted-bundled-local", "plan-replay-local"]
+    demo = baselines[1]
+    assert demo.agent == "openai" and demo.model_updates is not None and not demo.nightly
     config = baseline_config(baselines[0], run_id="r1")
     assert config.agent == "scripted" and config.provider == "local" and config.run_id == "r1"
     assert (config.suite_dir / "test_all.json").exists()
@@ -166,9 +197,10 @@ def test_model_updated_event_format() -> None:
         model_updated_event(" ", None, None)
 
 
-def test_nightly_baselines_runs_each_and_reports_failures(prefect_server: None, tmp_path: Path) -> None:
-    """Every baseline runs (as its own subflow); a broken one fails the flow at the end without
-    stopping the others."""
+def test_nightly_baselines_runs_each_and_reports_failures(prefect_server: None, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every baseline runs (as its own subflow); a broken one ends the night Failed ("Failed
+    night: ..." naming the baseline) without stopping the others."""
     import duckdb
 
     from flows.baselines import nightly_baselines
@@ -180,40 +212,65 @@ def test_nightly_baselines_runs_each_and_reports_failures(prefect_server: None, 
         f'version = 1\n[[baselines]]\nname = "broken-http"\nagent = "http"\n{common}'
         f'[[baselines]]\nname = "scripted-one"\nagent = "scripted"\n{common}'
     )
-    with pytest.raises(RuntimeError, match="1 of 2 baselines failed: broken-http"):
-        nightly_baselines(str(file))
+    monkeypatch.setenv("ARENA_BASELINES_FILE", str(file))  # the operator's file, not a parameter
+    state = nightly_baselines(return_state=True)
+    assert state.is_failed() and state.name == "Failed"  # the name Prefect's automations match
+    assert state.message.startswith("Failed night: 1 of 2 baselines not completed")
+    assert "broken-http: failed" in state.message
     with duckdb.connect(str(db), read_only=True) as con:
         rows = con.execute("SELECT agent, status FROM runs").fetchall()
     assert rows == [("scripted", "completed")]
 
 
-def test_model_update_compares_with_the_named_baselines_own_run(prefect_server: None, tmp_path: Path) -> None:
-    """Runs of new models never stand in for the baseline, even when the agent stores no model
-    of its own (scripted): the comparison names the baseline's run, found by baseline name,
-    agent, model, suite and configuration hash stored on the run."""
+def _model_baseline(name: str, endpoint: str, db: Path, artifacts: Path, **extra: str) -> str:
+    """A [[baselines]] table of the openai agent on `endpoint`, admitting ckpt-* models there."""
+    lines = "".join(f"{k} = {v}\n" for k, v in extra.items())
+    return (f'[[baselines]]\nname = "{name}"\nagent = "openai"\nsuite = "bundled"\npool_size = 1\n{lines}'
+            f'db_path = "{db}"\nartifacts_dir = "{artifacts}"\n'
+            f'[baselines.agent_options]\nmodel = "base-model"\nbase_url = "{endpoint}"\napi_key_env = "FAKE_MODEL_KEY"\n'
+            f'[baselines.model_updates]\nmodels = ["ckpt-*"]\nendpoints = ["{endpoint}"]\n')
+
+
+@pytest.fixture()
+def model_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeModelServer]:
+    """An OpenAI-compatible endpoint whose model gives up at once (FAIL), for model updates."""
+    monkeypatch.setenv("FAKE_MODEL_KEY", "not-a-secret")
+    with FakeModelServer("openai", default=openai_completion("FAIL()")) as server:
+        server.models = ["base-model", "ckpt-003", "ckpt-004", "ckpt-fail"]
+        yield server
+
+
+def test_model_update_compares_with_the_named_baselines_own_run(
+    prefect_server: None, tmp_path: Path, model_endpoint: FakeModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of new models never stand in for the baseline: the comparison names the baseline's
+    run, found by baseline name, agent, model, suite and configuration hash stored on the run; and
+    each new model is really asked (the endpoint sees its name)."""
     import duckdb
 
     from flows.baselines import evaluate_model_update
 
     db = tmp_path / "arena.duckdb"
     file = tmp_path / "baselines.toml"
-    file.write_text(
-        'version = 1\n[[baselines]]\nname = "scripted-one"\nagent = "scripted"\nsuite = "bundled"\n'
-        f'task_ids = ["notepad-append-line"]\npool_size = 1\ndb_path = "{db}"\nartifacts_dir = "{tmp_path / "a"}"\n'
-    )
-    first = evaluate_model_update("ckpt-003", baseline="scripted-one", baselines_file=str(file))
-    second = evaluate_model_update("ckpt-004", baseline="scripted-one", baselines_file=str(file))
+    file.write_text("version = 1\n" + _model_baseline("model-one", model_endpoint.url, db, tmp_path / "a",
+                                                      task_ids='["notepad-append-line"]'))
+    monkeypatch.setenv("ARENA_BASELINES_FILE", str(file))
+    first = evaluate_model_update("ckpt-003", baseline="model-one")
+    second = evaluate_model_update("ckpt-004", endpoint=model_endpoint.url, baseline="model-one")
     with duckdb.connect(str(db), read_only=True) as con:
         runs = dict(con.execute("SELECT run_id, coalesce(baseline, '-') || '/' || coalesce(model_id, '-') FROM runs").fetchall())
-    assert runs[first.baseline_run_id] == "scripted-one/-"
+    assert runs[first.baseline_run_id] == "model-one/base-model"
     assert second.baseline_run_id == first.baseline_run_id  # not the ckpt-003 run
     assert runs[first.new_run_id] == "-/ckpt-003" and runs[second.new_run_id] == "-/ckpt-004"
+    asked = {r.body["model"] for r in model_endpoint.requests if r.method == "POST"}
+    assert asked == {"base-model", "ckpt-003", "ckpt-004"}
 
 
-def test_model_update_exports_the_new_checkpoints_failures_and_links_them(prefect_server: None,
-                                                                          tmp_path: Path) -> None:
-    """export_failures: the new run's agent failures land as trajectories under <dir>/<run id>,
-    and the comparison artifact links that export."""
+def test_model_update_exports_the_new_checkpoints_failures_and_links_them(
+    prefect_server: None, tmp_path: Path, model_endpoint: FakeModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ARENA_MODEL_UPDATE_EXPORT_DIR: the new run's agent failures land as trajectories under
+    <dir>/<run id>, and the comparison artifact links that export."""
     import json
 
     from prefect.client.orchestration import get_client
@@ -221,21 +278,56 @@ def test_model_update_exports_the_new_checkpoints_failures_and_links_them(prefec
 
     from flows.baselines import evaluate_model_update
 
-    db = tmp_path / "arena.duckdb"
     file = tmp_path / "baselines.toml"
-    file.write_text(
-        'version = 1\n[[baselines]]\nname = "random-one"\nagent = "random"\nsuite = "bundled"\nmax_steps = 2\n'
-        'task_ids = ["notepad-append-line", "explorer-rename-file"]\npool_size = 1\n'
-        f'db_path = "{db}"\nartifacts_dir = "{tmp_path / "a"}"\n'
-    )
-    comparison = evaluate_model_update("ckpt-fail", baseline="random-one", baselines_file=str(file),
-                                       export_failures=str(tmp_path / "failures"))
+    file.write_text("version = 1\n" + _model_baseline(
+        "model-two", model_endpoint.url, tmp_path / "arena.duckdb", tmp_path / "a",
+        task_ids='["notepad-append-line", "explorer-rename-file"]', max_steps="2"))
+    monkeypatch.setenv("ARENA_BASELINES_FILE", str(file))
+    monkeypatch.setenv("ARENA_MODEL_UPDATE_EXPORT_DIR", str(tmp_path / "failures"))
+    comparison = evaluate_model_update("ckpt-fail", baseline="model-two")
     export = tmp_path / "failures" / comparison.new_run_id
     records = [json.loads(line) for line in (export / "trajectories.jsonl").read_text().splitlines()]
     assert sorted(r["task_id"] for r in records) == ["explorer-rename-file", "notepad-append-line"]
     assert {r["outcome"] for r in records} == {"agent_failure"} and all(r["steps"] for r in records)
     assert json.loads((export / "manifest.json").read_text())["runs"][0]["run_id"] == comparison.new_run_id
     with get_client(sync_client=True) as client:
-        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["model-update-random-one"])))
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["model-update-model-two"])))
     assert any("Failures exported for training**: 2 episode(s)" in (a.data or "") and export.as_uri() in a.data
                for a in artifacts)
+
+
+def _baselines(tmp_path: Path, endpoint: str) -> Path:
+    file = tmp_path / "baselines.toml"
+    file.write_text(
+        "version = 1\n" + _model_baseline("model-one", endpoint, tmp_path / "db.duckdb", tmp_path / "a")
+        + '[[baselines]]\nname = "scripted-one"\nagent = "scripted"\nsuite = "bundled"\n'
+    )
+    return file
+
+
+@pytest.mark.parametrize("baseline, model, endpoint, refusal", [
+    ("scripted-one", "ckpt-1", None, "runs the 'scripted' agent, which calls no model"),
+    ("model-one", "other-model", None, "matches none of the admitted models ['ckpt-*']"),
+    ("model-one", "ckpt-1", "http://attacker.example:8000/v1", "is not one of the admitted endpoints"),
+    ("model-one", "ckpt-1\nDROP", None, "is not a model name"),
+    ("model-one", "../../etc", None, "is not a model name"),
+])
+def test_a_model_update_the_baseline_does_not_admit_is_refused_naming_it(
+    tmp_path: Path, baseline: str, model: str, endpoint: str | None, refusal: str
+) -> None:
+    from flows.baselines import ModelUpdateRefused, find_baseline
+
+    chosen = find_baseline(load_baselines(_baselines(tmp_path, "http://gpu-host:8000/v1")), baseline)
+    with pytest.raises(ModelUpdateRefused) as caught:
+        chosen.check_model_update(model, endpoint, None)
+    assert refusal in str(caught.value) and f"baseline {baseline!r}" in str(caught.value)
+    model_one = find_baseline(load_baselines(_baselines(tmp_path, "http://gpu-host:8000/v1")), "model-one")
+    model_one.check_model_update("ckpt-7", "http://gpu-host:8000/v1/", "s3://ckpts/7")  # admitted
+
+
+def test_model_updates_on_an_agent_without_a_model_are_a_file_error(tmp_path: Path) -> None:
+    file = tmp_path / "baselines.toml"
+    file.write_text('version = 1\n[[baselines]]\nname = "s"\nagent = "scripted"\nsuite = "bundled"\n'
+                    '[baselines.model_updates]\nmodels = ["x"]\n')
+    with pytest.raises(BaselinesFileError, match="model_updates on the 'scripted' agent, which calls no model"):
+        load_baselines(file)

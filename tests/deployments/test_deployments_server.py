@@ -19,6 +19,7 @@ import pytest
 import requests
 
 from server_helpers import PREFECT_BIN, PROJECT, free_port, stop, tail, wait_for
+from tests.agents.fake_model_servers import FakeModelServer, openai_completion
 
 
 # Two tasks of the bundled suite keep the triggered evaluation short.
@@ -41,13 +42,21 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
         "PREFECT_LOGGING_LEVEL": "WARNING",
     }
+    # The model baseline's endpoint (a fake OpenAI-compatible server whose model gives up at once)
+    # and a caller's server that must never be contacted.
+    model = FakeModelServer("openai", default=openai_completion("FAIL()")).start()
+    model.models = ["base-model", "test-ckpt-1"]  # a new checkpoint is served before it is announced
+    attacker = FakeModelServer("openai", default=openai_completion("FAIL()")).start()
+    common = (f"task_ids = {json.dumps(TEST_TASKS)}\n"
+              'pool_size = 2\nprovider = "local"\nreset_level = "snapshot"\n'
+              f'db_path = "{tmp / "arena.duckdb"}"\nartifacts_dir = "{tmp / "artifacts"}"\n')
     baselines = tmp / "baselines.toml"
     baselines.write_text(
         "version = 1\n\n[[baselines]]\n"
-        'name = "scripted-bundled-local"\nagent = "scripted"\nsuite = "bundled"\n'
-        f"task_ids = {json.dumps(TEST_TASKS)}\n"
-        'pool_size = 2\nprovider = "local"\nreset_level = "snapshot"\n'
-        f'db_path = "{tmp / "arena.duckdb"}"\nartifacts_dir = "{tmp / "artifacts"}"\n'
+        f'name = "scripted-bundled-local"\nagent = "scripted"\nsuite = "bundled"\n{common}'
+        f'[[baselines]]\nname = "model-bundled-local"\nagent = "openai"\nsuite = "bundled"\n{common}'
+        f'[baselines.agent_options]\nmodel = "base-model"\nbase_url = "{model.url}"\napi_key_env = "FAKE_MODEL_KEY"\n'
+        f'[baselines.model_updates]\nmodels = ["test-ckpt-*"]\nendpoints = ["{model.url}"]\n'
     )
     serve_env = {
         **base_env,
@@ -57,6 +66,9 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         "PREFECT_LOGGING_LEVEL": "INFO",
         "PYTHONPATH": str(PROJECT),
         "ARENA_BASELINES_FILE": str(baselines),
+        "ARENA_MODEL_BASELINE": "model-bundled-local",
+        # A secret of the serving process a hostile caller would like to have sent to it.
+        "FAKE_MODEL_KEY": "serve-process-secret",
         "ARENA_NIGHTLY_TIMEZONE": "Europe/Berlin",
         # Every minute, so the test sees the schedule itself start the nightly flow.
         "ARENA_NIGHTLY_CRON": "* * * * *",
@@ -82,10 +94,13 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
                     cwd=PROJECT, env=serve_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                 )
             )
-        yield {"api_url": api_url, "tmp": tmp, "serve_log": serve_log, "server_log": server_log, "procs": procs}
+        yield {"api_url": api_url, "tmp": tmp, "serve_log": serve_log, "server_log": server_log, "procs": procs,
+               "model": model, "attacker": attacker}
     finally:
         for proc in reversed(procs):
             stop(proc)
+        model.stop()
+        attacker.stop()
 
 
 @pytest.fixture()
@@ -123,16 +138,16 @@ def test_deployments_schedule_trigger_and_event_run(prefect_api: dict[str, Any],
         )
     except AssertionError as exc:
         raise AssertionError(f"{exc}\nserve log:\n{tail(prefect_api['serve_log'])}") from None
-    bundled = _deployment(client, "evaluate-suite/bundled-local")
+    on_demand = _deployment(client, "evaluate-baseline/on-demand")
     nightly = _deployment(client, "nightly-baselines/nightly-baselines")
-    assert bundled is not None and nightly is not None
+    assert on_demand is not None and nightly is not None
 
     # 2. The nightly cron schedule, in the configured time zone.
     assert len(nightly.schedules) == 1
     schedule = nightly.schedules[0]
     assert schedule.active
     assert schedule.schedule.cron == "* * * * *" and schedule.schedule.timezone == "Europe/Berlin"
-    assert nightly.parameters["baselines_file"].endswith("baselines.toml")
+    assert nightly.parameters == {}  # the baselines file is the serving process's, not a parameter
 
     # 3. The automation that runs on-model-update on model.updated events.
     def automation() -> Any:
@@ -147,8 +162,9 @@ def test_deployments_schedule_trigger_and_event_run(prefect_api: dict[str, Any],
     assert auto.trigger.match.model_dump() == {"prefect.resource.id": "model.*"}
 
     # 4. A model.updated event creates a flow run of on-model-update with templated parameters.
+    model, attacker = prefect_api["model"], prefect_api["attacker"]
     with temporary_settings({PREFECT_API_URL: prefect_api["api_url"]}):
-        event_id = notify_model_updated("test-ckpt-1", endpoint="http://gpu-host:8000/v1", checkpoint=None)
+        event_id = notify_model_updated("test-ckpt-1", endpoint=model.url, checkpoint=None)
     assert event_id
 
     def triggered_run() -> Any:
@@ -161,10 +177,10 @@ def test_deployments_schedule_trigger_and_event_run(prefect_api: dict[str, Any],
         raise AssertionError(
             f"{exc}\nserve log:\n{tail(prefect_api['serve_log'])}\nserver log:\n{tail(prefect_api['server_log'])}"
         ) from None
-    assert run.parameters["endpoint"] == "http://gpu-host:8000/v1"
+    assert run.parameters["endpoint"] == model.url
     assert run.parameters["checkpoint"] is None
-    assert run.parameters["baseline"] == "scripted-bundled-local"
-    assert run.parameters["baselines_file"].endswith("baselines.toml")
+    assert run.parameters == {"model": "test-ckpt-1", "endpoint": model.url, "checkpoint": None,
+                              "baseline": "model-bundled-local"}
 
     # 5. The served runner picks it up, runs baseline and new model on two tasks, and publishes
     #    the comparison artifact.
@@ -178,9 +194,12 @@ def test_deployments_schedule_trigger_and_event_run(prefect_api: dict[str, Any],
         raise AssertionError(f"{exc}\nserve log:\n{tail(prefect_api['serve_log'])}") from None
     assert state.type == StateType.COMPLETED, f"{state}\nserve log:\n{tail(prefect_api['serve_log'])}"
     artifact = client.read_latest_artifacts()
-    markdown = [a for a in artifact if a.key == "model-update-scripted-bundled-local"]
+    markdown = [a for a in artifact if a.key == "model-update-model-bundled-local"]
     assert markdown, [a.key for a in artifact]
-    assert "test-ckpt-1" in markdown[0].data and "| **ALL** | 100.0% (2/2) | 100.0% (2/2) |" in markdown[0].data
+    assert "test-ckpt-1" in markdown[0].data and "| **ALL** | 0.0% (0/2) | 0.0% (0/2) |" in markdown[0].data
+    # The new model was really asked, at its endpoint, with the serving process's key.
+    asked = [r for r in model.requests if r.method == "POST"]
+    assert {r.body["model"] for r in asked} == {"base-model", "test-ckpt-1"}
 
     # 6. The same event POSTed as plain JSON to /api/events (what docs/deployments.md shows for
     #    curl) also starts a run.
@@ -192,7 +211,7 @@ def test_deployments_schedule_trigger_and_event_run(prefect_api: dict[str, Any],
         "occurred": datetime.now(timezone.utc).isoformat(),
         "event": "model.updated",
         "resource": {"prefect.resource.id": "model.test-ckpt-2"},
-        "payload": {"endpoint": "http://gpu-host:8001/v1", "checkpoint": "s3://ckpts/2"},
+        "payload": {"endpoint": attacker.url, "checkpoint": "s3://ckpts/2"},
     }]
     assert requests.post(f"{prefect_api['api_url']}/events", json=body, timeout=10).status_code == 204
 
@@ -202,6 +221,39 @@ def test_deployments_schedule_trigger_and_event_run(prefect_api: dict[str, Any],
 
     second = wait_for("a flow run of on-model-update for model test-ckpt-2", curl_run, 60)
     assert second.parameters["checkpoint"] == "s3://ckpts/2"
+    # 7. Its endpoint is not one the baseline admits: the run fails naming the baseline, before
+    #    any VM or model call, and the caller's server never hears from the serving process.
+    ended = wait_for("the refused run to end", lambda: (st := client.read_flow_run(second.id).state) is not None
+                     and st.is_final() and st, 60)
+    assert ended.type == StateType.FAILED and "is not one of the admitted endpoints" in (ended.message or ""), ended
+    assert attacker.requests == []
+    assert "serve-process-secret" not in (ended.message or "")
+
+
+def test_api_callers_choose_names_not_configurations(prefect_api: dict[str, Any], client: Any) -> None:
+    """A plain create_flow_run with a configuration (a suite, a store, an agent endpoint, the name of a
+    secret's variable) is not a run of the served flows: they take names only."""
+    from prefect.client.schemas.objects import StateType
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    attacker = prefect_api["attacker"]
+    on_demand = wait_for("deployment evaluate-baseline/on-demand",
+                         lambda: _deployment(client, "evaluate-baseline/on-demand"), 60)
+    config = {"agent": "openai", "agent_options": {"base_url": attacker.url, "api_key_env": "FAKE_MODEL_KEY"},
+              "db_path": "/tmp/elsewhere.duckdb", "suite_dir": "/tmp"}
+    try:
+        run = client.create_flow_run_from_deployment(on_demand.id, parameters={"config": config})
+    except PrefectHTTPStatusError as exc:  # the server enforces the deployment's parameter schema
+        assert exc.response.status_code in (409, 422)
+    else:  # or the flow refuses parameters it does not take, before doing anything
+        state = wait_for("the run to end", lambda: (st := client.read_flow_run(run.id).state) is not None
+                         and st.is_final() and st, 60)
+        assert state.type in (StateType.FAILED, StateType.CRASHED)
+    unknown = client.create_flow_run_from_deployment(on_demand.id, parameters={"baseline": "no-such-baseline"})
+    state = wait_for("the run to end", lambda: (st := client.read_flow_run(unknown.id).state) is not None
+                     and st.is_final() and st, 60)
+    assert state.type == StateType.FAILED and "no baseline named 'no-such-baseline'" in (state.message or "")
+    assert attacker.requests == []
 
 
 def test_nightly_baselines_run_from_their_schedule(prefect_api: dict[str, Any], client: Any) -> None:
@@ -260,7 +312,7 @@ def test_prefect_yaml_deploys_to_a_work_pool(prefect_api: dict[str, Any], client
     ):
         done = subprocess.run([*prefect, *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, f"prefect {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
-    names = ["evaluate-suite/bundled-local", "nightly-baselines/nightly-baselines", "evaluate-model-update/on-model-update"]
+    names = ["evaluate-baseline/on-demand", "nightly-baselines/nightly-baselines", "evaluate-model-update/on-model-update"]
     deployments = {n: client.read_deployment_by_name(n) for n in names}
     assert all(d.work_pool_name == "waa-controllers" for d in deployments.values())
     assert client.read_deployment_by_name("evaluate-shard/shard").work_pool_name == "waa-shards"

@@ -8,9 +8,7 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -21,53 +19,8 @@ from typing import Any
 import duckdb
 import psutil
 import pytest
-import requests
 
-from server_helpers import PREFECT_BIN, PROJECT, free_port, stop, tail, wait_for
-
-
-def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "ARENA_"))}
-
-
-class PrefectServer:
-    """`prefect server start` on a fixed port and home, so it can be killed and started again."""
-
-    def __init__(self, home: Path, log: Path) -> None:
-        self.port = free_port()
-        self.api_url = f"http://127.0.0.1:{self.port}/api"
-        self.home, self.log = home, log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {
-            **_clean_env(),
-            "PREFECT_HOME": str(self.home),
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
-            "PREFECT_LOGGING_LEVEL": "WARNING",
-            # Scheduled runs appear within seconds of a deployment being (re)activated.
-            "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",
-        }
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [str(PREFECT_BIN), "server", "start", "--host", "127.0.0.1", "--port", str(self.port), "--no-ui"],
-                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        try:
-            wait_for("the server's /api/health", lambda: requests.get(f"{self.api_url}/health", timeout=2).ok, 90)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\nserver log:\n{tail(self.log)}") from None
-
-    def kill(self) -> None:
-        """SIGKILL, as the OOM killer or a crashed host would: no shutdown of any kind."""
-        assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop(self.proc)
+from server_helpers import PROJECT, PrefectServer, clean_env, stop, tail, wait_for
 
 
 @pytest.fixture()
@@ -113,7 +66,7 @@ def test_server_killed_and_restarted_mid_run_the_run_completes(server: PrefectSe
     states, the progress artifact, releasing the pool's slots and the summary artifacts ride it
     out; the run ends `completed` with all 16 results and exits 0."""
     db, artifacts = tmp_path / "arena.duckdb", tmp_path / "art"
-    env = {**_clean_env(), "PREFECT_API_URL": server.api_url, "PREFECT_HOME": str(tmp_path / "client-home")}
+    env = {**clean_env(), "PREFECT_API_URL": server.api_url, "PREFECT_HOME": str(tmp_path / "client-home")}
     out_log = tmp_path / "arena.log"
     with out_log.open("wb") as out:
         proc = subprocess.Popen(
@@ -141,9 +94,16 @@ def test_server_killed_and_restarted_mid_run_the_run_completes(server: PrefectSe
 
 
 def _start_serve(server: PrefectServer, tmp_path: Path, name: str) -> tuple[subprocess.Popen[bytes], Path]:
-    """`python -m deployments.serve` against the server (nightly at 02:00 Berlin time)."""
+    """`python -m deployments.serve` against the server (nightly at 02:00 Berlin time), with a
+    baselines file of one quirky local baseline (`quirky-local`) whose results go to tmp_path."""
+    baselines = tmp_path / "baselines.toml"
+    baselines.write_text(
+        'version = 1\n[[baselines]]\nname = "quirky-local"\nagent = "scripted"\nsuite = "bundled"\n'
+        f'quirks = true\npool_size = 2\ndb_path = "{tmp_path / "arena.duckdb"}"\nartifacts_dir = "{tmp_path / "art"}"\n'
+    )
     env = {
-        **_clean_env(),
+        "ARENA_BASELINES_FILE": str(baselines),
+        **clean_env(),
         "PREFECT_HOME": str(tmp_path / f"{name}-home"),
         "PREFECT_API_URL": server.api_url,
         "PREFECT_RUNNER_POLL_FREQUENCY": "1",
@@ -179,12 +139,11 @@ def test_cancelled_served_run_is_stored_cancelled_leaves_no_process_and_resumes(
     from prefect.states import Cancelling
 
     client, log = served["client"], served["log"]
-    deployment = wait_for("deployment evaluate-suite/bundled-local",
-                          lambda: client.read_deployment_by_name("evaluate-suite/bundled-local"), 60)
-    db, artifacts = tmp_path / "arena.duckdb", tmp_path / "art"
-    config = {**deployment.parameters["config"], "run_id": "cancel-me", "quirks": True, "pool_size": 2,
-              "db_path": str(db), "artifacts_dir": str(artifacts)}
-    run = client.create_flow_run_from_deployment(deployment.id, parameters={"config": config})
+    deployment = wait_for("deployment evaluate-baseline/on-demand",
+                          lambda: client.read_deployment_by_name("evaluate-baseline/on-demand"), 60)
+    db, artifacts = tmp_path / "arena.duckdb", tmp_path / "art"  # the baseline's, in the operator's file
+    names = {"baseline": "quirky-local", "run_id": "cancel-me"}
+    run = client.create_flow_run_from_deployment(deployment.id, parameters=names)
     progress = artifacts / "cancel-me" / "progress.json"
     try:
         wait_for("a recorded attempt", lambda: _progress(progress).get("attempts_recorded", 0) >= 1, 180, interval=0.2)
@@ -212,7 +171,7 @@ def test_cancelled_served_run_is_stored_cancelled_leaves_no_process_and_resumes(
     assert "StoreError" not in log.read_text(errors="replace"), tail(log)
 
     # A resume (same run id) finishes the run.
-    resumed = client.create_flow_run_from_deployment(deployment.id, parameters={"config": config})
+    resumed = client.create_flow_run_from_deployment(deployment.id, parameters=names)
     try:
         state = wait_for("the resumed run to end",
                          lambda: (s := client.read_flow_run(resumed.id).state) is not None and s.is_final() and s, 240)
@@ -227,11 +186,12 @@ def test_arena_run_cancelled_from_prefect_stops_and_exits_5(server: PrefectServe
     """`arena run` against a persistent server has no runner to stop it: cancelling its flow
     run (the UI's Cancel) still stops it cleanly, stores `cancelled` and exits 5."""
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
     from prefect.settings import PREFECT_API_URL, temporary_settings
     from prefect.states import Cancelling
 
     db, artifacts = tmp_path / "arena.duckdb", tmp_path / "art"
-    env = {**_clean_env(), "PREFECT_API_URL": server.api_url, "PREFECT_HOME": str(tmp_path / "client-home")}
+    env = {**clean_env(), "PREFECT_API_URL": server.api_url, "PREFECT_HOME": str(tmp_path / "client-home")}
     out_log = tmp_path / "arena.log"
     with out_log.open("wb") as out:
         proc = subprocess.Popen(
@@ -248,13 +208,22 @@ def test_arena_run_cancelled_from_prefect_stops_and_exits_5(server: PrefectServe
             with get_client(sync_client=True) as client:
                 (run,) = [r for r in client.read_flow_runs() if r.state is not None and r.state.is_running()]
                 client.set_flow_run_state(run.id, Cancelling(message="cancelled in the UI"), force=True)
-        proc.wait(timeout=90)
+                proc.wait(timeout=90)
+                ended = client.read_flow_run(run.id)
+                deployment = client.read_deployment(ended.deployment_id) if ended.deployment_id else None
     finally:
         if proc.poll() is None:
             proc.kill()
     output = out_log.read_text(errors="replace")
     assert proc.returncode == 5, tail(out_log)
     assert "arena: run ui-cancel was cancelled from Prefect" in output and "Traceback" not in output, output[-3000:]
+    # Prefect says what happened (not Crashed), and the run is one the UI can cancel (the UI
+    # enables Cancel only for a deployment's run), named and tagged so it can be found.
+    assert ended.state.type == StateType.CANCELLED and "Crash" not in (ended.state.message or ""), ended.state
+    assert deployment is not None and deployment.name == "arena-run" and deployment.paused
+    assert ended.name == "ad-hoc-ui-cancel"
+    assert {"waa", "trigger:ad-hoc", "agent:scripted", "suite:bundled", "provider:local"} <= set(ended.tags)
+    assert f"Flow run: {server.api_url.removesuffix('/api')}/runs/flow-run/{run.id}" in output
     status, recorded = _run_row(db, "ui-cancel")
     assert status == "cancelled" and 1 <= recorded < 16
     assert _simulations(simulations) == []
@@ -273,15 +242,15 @@ def test_a_new_serve_process_keeps_the_deployments_active_and_status_says_when_t
     try:
         wait_for("the new serve process", lambda: serve_banner in new_log.read_text(errors="replace"), 60)
         stop(served["proc"])  # the old one exits and pauses what it served
-        names = ["evaluate-suite/bundled-local", "nightly-baselines/nightly-baselines",
-                 "evaluate-model-update/on-model-update"]
+        # (on-model-update is not served: this baselines file has no baseline that calls a model)
+        names = ["evaluate-baseline/on-demand", "nightly-baselines/nightly-baselines"]
 
         def all_active() -> bool:
             return not any(client.read_deployment_by_name(n).paused for n in names)
 
         # The old process's pause lands, then the new one undoes it.
         wait_for("the deployments to be active again", all_active, 60)
-        status_env = {**_clean_env(), "PREFECT_API_URL": server.api_url, "PREFECT_HOME": str(tmp_path / "status-home")}
+        status_env = {**clean_env(), "PREFECT_API_URL": server.api_url, "PREFECT_HOME": str(tmp_path / "status-home")}
 
         def status_ok() -> subprocess.CompletedProcess[str] | None:
             done = subprocess.run([sys.executable, "-m", "flows.cli", "status"], cwd=PROJECT, env=status_env,

@@ -37,6 +37,16 @@ from pg_server import PASSWORD as PG_PASSWORD
 POOL = "waa-shards"
 WORKERS = ("host-a", "host-b")
 
+# The operator's shard secret, the same on the controllers and the workers (flows/shard_signing.py).
+SHARD_SECRET = "test-shard-secret-not-a-real-one"
+
+
+@pytest.fixture(autouse=True)
+def _shard_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Controllers run in this process too: they sign with the same secret as the workers."""
+    monkeypatch.setenv("ARENA_SHARD_SECRET", SHARD_SECRET)
+
+
 # Bundled tasks whose scripted plans are short, so each shard's pool is busy for a few seconds.
 TASKS = [
     "notepad-append-line",
@@ -177,6 +187,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
                             "ARENA_SHARD_DB_DIR": str(host / "shard-db"),
                             # The team store's password (libpq's variable), for runs that use it.
                             "PGPASSWORD": PG_PASSWORD,
+                            "ARENA_SHARD_SECRET": SHARD_SECRET,
                         },
                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                     )
@@ -401,6 +412,35 @@ def test_a_crashed_shard_leaves_the_run_incomplete_and_resume_finishes_it(cluste
     assert shots and all(a == 2 and f"{retried}/attempt-2/" in p for a, p in shots), shots
 
 
+def test_a_shard_its_controller_did_not_sign_is_refused(cluster: dict[str, Any]) -> None:
+    """Anyone who reaches the Prefect API can create a run of the shard deployment; without the
+    controller's signature (or with parameters changed after signing) it fails before anything
+    starts: no VM, no store, nothing written."""
+    from prefect.client.schemas.objects import StateType
+
+    from adapters.waa.catalog import WAATaskCatalog
+    from flows.shard import shard_config, shard_parameters
+    from flows.shard_signing import sign_shard
+
+    run_id = "shards-forged"
+    config = _config(cluster, run_id, TASKS[:1])
+    tasks = WAATaskCatalog(config.suite_dir).tasks(ids=[TASKS[0]])
+    parameters = shard_parameters(shard_config(config, run_id, 1, 1, tasks, {}), 1, 1, None, {TASKS[0]: 1}, {})
+    signature = sign_shard(parameters)
+    hostile = {**parameters, "config": {**parameters["config"], "db_path": "/tmp/shard-forged.duckdb"}}
+    with _client(cluster) as client:
+        deployment = client.read_deployment_by_name("evaluate-shard/shard")
+        runs = [client.create_flow_run_from_deployment(deployment.id, parameters=p)
+                for p in ({**parameters, "signature": "0" * 64}, {**hostile, "signature": signature}, parameters)]
+        for run in runs:
+            state = wait_for("the forged shard run to end", lambda: (st := client.read_flow_run(run.id).state)
+                             is not None and st.is_final() and st, 120)
+            assert state.type == StateType.FAILED, state
+            assert "not signed by a controller" in (state.message or ""), state.message
+    assert not Path("/tmp/shard-forged.duckdb").exists()
+    assert not (cluster["shared"] / "artifacts" / run_id).exists()
+
+
 def test_a_missing_shard_deployment_fails_the_run_naming_it(cluster: dict[str, Any]) -> None:
     """A misconfiguration fails loudly before any shard starts: the run is "failed", not partial."""
     run_id = "shards-no-deployment"
@@ -422,7 +462,7 @@ def test_two_controllers_with_shards_write_one_team_store(
     bare = postgres_url.replace(f":{PG_PASSWORD}@", "@")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and not k.startswith("ARENA_")}
     env.update(PREFECT_API_URL=cluster["api_url"], ARENA_STORE_URL=bare, PGPASSWORD=PG_PASSWORD,
-               PYTHONPATH=str(PROJECT), PREFECT_LOGGING_TO_API_ENABLED="false")
+               PYTHONPATH=str(PROJECT), PREFECT_LOGGING_TO_API_ENABLED="false", ARENA_SHARD_SECRET=SHARD_SECRET)
     run_ids = ["team-shards-a", "team-shards-b"]
     controllers = []
     for run_id in run_ids:

@@ -146,7 +146,8 @@ def test_ctrl_c_or_sigterm_stops_the_run_keeps_its_results_and_exits_130_or_143(
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == code, err[-2000:]
-    assert "arena: interrupted; attempts recorded so far are kept (resume with --run-id ctrl-c)" in err
+    resume = err.split("arena: interrupted; attempts recorded so far are kept (resume with: ", 1)[1].split(")\n")[0]
+    assert resume.split()[:2] == ["arena", "run"] and "--run-id ctrl-c" in resume and "--quirks" in resume, err[-2000:]
     assert "Traceback" not in err
     with duckdb.connect(str(tmp_path / "arena.duckdb"), read_only=True) as con:
         (status,) = con.execute("SELECT status FROM runs WHERE run_id = 'ctrl-c'").fetchone()

@@ -89,7 +89,10 @@ def test_arena_doctor_prints_one_line_per_check_and_fails_when_one_fails(
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     with temporary_settings(restore_defaults={PREFECT_API_URL}):  # no Prefect server configured
         assert main(["doctor", "--db", str(tmp_path / "arena.duckdb")]) == 0
-        assert "2 of 2 checks passed" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "2 of 2 checks passed" in out
+        # After the checks, not among them: the local Prefect servers running on this machine.
+        assert "Local Prefect servers started by arena run" in out.split("checks passed")[1]
         assert main(["doctor", "--db", str(tmp_path / "arena.duckdb"), "--waa-url", "http://127.0.0.1:9"]) == EXIT_FAILED
     out = capsys.readouterr().out
     assert "FAIL  WAA server http://127.0.0.1:9" in out and "2 of 3 checks passed" in out

@@ -158,3 +158,136 @@ def test_a_spare_server_takes_over_from_a_dead_one(prefect_server: None, tmp_pat
     assert len(servers) == 2  # the first server, then the spare under the replacement's name
     # Reached as existing servers, but labelled by what they are.
     assert _rows(db, "SELECT environment FROM runs WHERE run_id = 'spare'") == [("local-simulation (existing server)",)]
+
+
+# --- round 3: Windows' limits, OS errors, evaluation faults, dropped resets -------------------------
+
+NOTEPAD_TASKS = ["notepad-append-line", "notepad-replace-notes", "notepad-shopping-list-desktop"]
+
+
+def _set_faults(base_url: str, *faults: dict[str, Any], seed: int = 0) -> None:
+    import requests
+
+    requests.post(f"{base_url}/sim/faults", json={"faults": list(faults), "seed": seed}, timeout=10).raise_for_status()
+
+
+def _fault_hits(base_url: str) -> list[int]:
+    import requests
+
+    return [f["hits"] for f in requests.get(f"{base_url}/sim/faults", timeout=10).json()["faults"]]
+
+
+def _run_on(server_url: str, tmp_path: Path, run_id: str, task_ids: list[str], **settings: Any) -> Any:
+    from flows.evaluate_suite import run_suite
+    from flows.run_config import SuiteRunConfig
+
+    return run_suite(SuiteRunConfig(
+        task_ids=task_ids, provider="existing", waa_urls=[server_url], pool_size=1, reset_level="setup",
+        server_wait_seconds=5, db_path=tmp_path / "arena.duckdb", artifacts_dir=tmp_path / "art", run_id=run_id,
+        **settings,
+    ))
+
+
+def _one_final_result_each(db: Path, run_id: str, task_ids: list[str], outcome: Any) -> dict[str, str]:
+    latest = dict(_rows(db, "SELECT task_id, outcome FROM latest_task_results WHERE run_id = ?", [run_id]))
+    assert sorted(latest) == sorted(task_ids)  # exactly one final (latest) row per task
+    infra_final = sum(1 for o in latest.values() if o == "infrastructure_error")
+    assert outcome.completeness is not None and outcome.completeness.missing == infra_final
+    return latest
+
+
+def test_os_errors_on_actions_never_make_an_agent_failure(prefect_server: None, tmp_path: Path) -> None:
+    """A VM whose /execute fails a share of the harness's well-formed actions with `OSError:
+    [WinError 5] Access is denied` (returncode 1, HTTP 200): those attempts are infrastructure
+    errors, retried; no attempt is scored against the agent for them (R1)."""
+    server = start_local_env(tmp_path / "server")
+    try:
+        _set_faults(server.base_url, {"route": "/execute", "returncode": 1, "rate": 0.3}, seed=5)
+        outcome = _run_on(server.base_url, tmp_path, "os-errors", NOTEPAD_TASKS, max_attempts=6)
+        hits = _fault_hits(server.base_url)
+    finally:
+        server.stop()
+    db = tmp_path / "arena.duckdb"
+    rows = _rows(db, """
+        SELECT r.outcome, count(s.step_index) FILTER (WHERE s.error LIKE '%WinError 5%') AS os_errors
+        FROM task_results r LEFT JOIN steps s USING (run_id, task_id, attempt)
+        WHERE r.run_id = 'os-errors' GROUP BY r.task_id, r.attempt, r.outcome""")
+    assert hits[0] > 0 and any(n for _, n in rows), "the OS errors never hit an action"
+    assert all(o == "infrastructure_error" for o, n in rows if n)
+    assert not [o for o, _ in rows if o == "agent_failure"]
+    latest = _one_final_result_each(db, "os-errors", NOTEPAD_TASKS, outcome)
+    assert set(latest.values()) <= {"success", "infrastructure_error"}
+
+
+def test_dropped_connections_on_reset_and_clean_up_cost_no_attempt(prefect_server: None, tmp_path: Path) -> None:
+    """WAA's reset and clean-up calls are safe to repeat: a dropped connection is retried (R10)."""
+    server = start_local_env(tmp_path / "server")
+    try:
+        # The first two calls of each are dropped (a reset's first three tries fail, its fourth works).
+        _set_faults(server.base_url,
+                    {"route": "/setup/close_all", "drop": True, "count": 2},
+                    {"route": "/setup/clear_task_files", "drop": True, "count": 2})
+        outcome = _run_on(server.base_url, tmp_path, "dropped-resets", FOUR_TASKS)
+        hits = _fault_hits(server.base_url)
+    finally:
+        server.stop()
+    assert hits == [2, 2]
+    assert outcome.status == "completed", outcome.table
+    rows = _rows(tmp_path / "arena.duckdb", "SELECT task_id, attempt, outcome FROM task_results WHERE run_id = 'dropped-resets'")
+    assert sorted(rows) == sorted((t, 1, "success") for t in FOUR_TASKS)  # one attempt each
+
+
+def test_a_getters_server_500_never_makes_a_scored_outcome(prefect_server: None, tmp_path: Path) -> None:
+    """/file (the evaluation channel) answers 500 to a getter through all of its retries: under
+    the default scoring that attempt is an infrastructure error and retried; --scoring waa-compat
+    scores it as WAA does (0), and says so on the run (R9)."""
+    server = start_local_env(tmp_path / "server")
+    failing = {"route": "/file", "status": 500, "count": 4}  # a read's 4 tries (3 retries) all fail
+    try:
+        _set_faults(server.base_url, failing)
+        strict = _run_on(server.base_url, tmp_path, "eval-500", NOTEPAD_TASKS)
+        _set_faults(server.base_url, failing)
+        compat = _run_on(server.base_url, tmp_path, "eval-500-compat", NOTEPAD_TASKS, scoring="waa-compat")
+    finally:
+        server.stop()
+    db = tmp_path / "arena.duckdb"
+    rows = _rows(db, "SELECT outcome, coalesce(error, reason, '') FROM task_results WHERE run_id = 'eval-500'")
+    failed = [o for o, why in rows if "the server failed /file" in why]
+    assert failed == ["infrastructure_error"]
+    assert all("server failed" not in why for o, why in rows if o in ("success", "agent_failure"))
+    assert _one_final_result_each(db, "eval-500", NOTEPAD_TASKS, strict) == {t: "success" for t in NOTEPAD_TASKS}
+    compat_rows = _rows(db, "SELECT outcome, reason FROM task_results WHERE run_id = 'eval-500-compat'")
+    assert any(o == "agent_failure" and "scoring waa-compat" in (why or "") for o, why in compat_rows)
+    assert _rows(db, "SELECT run_id, scoring FROM runs WHERE run_id LIKE 'eval-500%' ORDER BY run_id") == [
+        ("eval-500", "strict"), ("eval-500-compat", "waa-compat")]
+    assert "scoring: waa-compat" in compat.table and "scoring: strict" in strict.table
+
+
+def test_a_40000_character_text_arrives_verbatim_through_a_whole_run(prefect_server: None, tmp_path: Path) -> None:
+    """A task whose solution types one 40,000-character line into Notepad and saves: the text
+    reaches the file exactly, typed in 40 pieces within Windows' command-line limit and WAA's
+    /execute timeout (both enforced by the simulation), and the step records how."""
+    import shutil
+
+    from adapters.waa.catalog import bundled_suite_dir
+
+    suite = tmp_path / "suite"
+    shutil.copytree(bundled_suite_dir(), suite)
+    line = "".join(chr(33 + (i * 11) % 94) for i in range(40_000))  # printable ASCII, quotes and backslashes
+    task_file = suite / "examples" / "notepad" / "notepad-append-line.json"
+    task = json.loads(task_file.read_text())
+    task["evaluator"]["expected"]["rules"]["expected"] = ["buy milk", "water the plants", line]
+    task_file.write_text(json.dumps(task))
+    plans = json.loads((suite / "solutions.json").read_text())
+    plans["notepad-append-line"] = [step if "type" not in step else {"type": line} for step in plans["notepad-append-line"]]
+    (suite / "solutions.json").write_text(json.dumps(plans))
+    server = start_local_env(tmp_path / "server")
+    try:
+        outcome = _run_on(server.base_url, tmp_path, "long-text", ["notepad-append-line"], suite_dir=suite)
+    finally:
+        server.stop()
+    assert outcome.status == "completed", outcome.table
+    db = tmp_path / "arena.duckdb"
+    assert _rows(db, "SELECT attempt, outcome FROM task_results WHERE run_id = 'long-text'") == [(1, "success")]
+    deliveries = [d for (d,) in _rows(db, "SELECT delivery FROM steps WHERE run_id = 'long-text' AND action_type = 'type'")]
+    assert deliveries == ["pyautogui.write through /execute: 40000 characters in 40 piece(s) of at most 1000"]

@@ -278,7 +278,7 @@ def test_missing_database_file_is_an_error_and_is_not_created(tmp_path: Path) ->
         compare_stored_runs(other, "a", "b")
     not_duckdb = tmp_path / "notes.txt"
     not_duckdb.write_text("hello")
-    with pytest.raises(StoreError, match="cannot open the results database"):
+    with pytest.raises(StoreError, match="notes.txt: cannot open as a DuckDB database"):
         compare_stored_runs(not_duckdb, "a", "b")
     with pytest.raises(TypeError, match="source must be a ResultStore, a DuckDB file path or a PostgreSQL URL"):
         compare_stored_runs(42, "a", "b")  # type: ignore[arg-type]

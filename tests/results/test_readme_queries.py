@@ -1,4 +1,5 @@
-"""The README's "## Querying results" queries run as written and give sensible answers.
+"""The "## Querying results" queries (docs/results.md, linked from the README) run as written (with DuckDB and with `arena sql`) and
+give sensible answers.
 
 Each query is a ```sql block preceded by a `<!-- query: NAME -->` line. They run against a
 database made by the real flow: the bundled suite with the scripted agent (run id
@@ -19,7 +20,7 @@ import pytest
 from adapters.results.compare import compare_stored_runs
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "results.md"  # moved there from the README
 SECTION = "## Querying results"
 BASELINE, NEW = "nightly-scripted", "nightly-random"
 REQUIRED = ("success-by-domain", "flips")
@@ -171,3 +172,19 @@ def test_readme_query_runs_as_written(name: str, sql: str, readme_queries_db: Pa
     check = CHECKS.get(name)
     if check is not None:
         check(rows, readme_queries_db)
+
+
+@pytest.mark.parametrize(("name", "sql"), QUERIES or [("(none)", "")], ids=[n for n, _ in QUERIES or [("(none)", "")]])
+def test_readme_query_runs_with_arena_sql(name: str, sql: str, readme_queries_db: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The documented way to run them: `arena sql "QUERY"` prints the same rows."""
+    import csv
+
+    from flows.cli import main
+
+    assert main(["sql", sql, "--db", str(readme_queries_db), "--csv"]) == 0
+    printed = list(csv.reader(capsys.readouterr().out.splitlines()))
+    rows = _run(readme_queries_db, sql)
+    assert len(printed) == len(rows) + 1  # the header, then a line per row
+    if rows:
+        assert printed[0] == list(rows[0])

@@ -153,7 +153,7 @@ def test_two_controllers_at_once_land_in_one_team_store_and_every_command_reads_
         table = capsys.readouterr().out
         assert "team-0" in table and "team-1" in table and "(2 rows)" in table
         assert main(["sql", "DELETE FROM runs"]) == 2
-        assert "read-only transaction" in capsys.readouterr().err
+        assert "runs queries only" in capsys.readouterr().err
         assert main(["export", "team-1", "--parquet", str(tmp_path / "export")]) == 0
         assert len(list((tmp_path / "export").glob("*.parquet"))) == 4
     finally:
@@ -207,25 +207,35 @@ def test_store_migrate_copies_each_run_once_with_its_screenshots(
 
 @pytest.mark.parametrize("engine", ["duckdb", "postgres"])
 def test_a_nightly_and_a_triggered_model_update_overlap_and_both_land(
-    engine: str, prefect_server: None, tmp_path: Path, request: pytest.FixtureRequest
+    engine: str, prefect_server: None, tmp_path: Path, request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The nightly baselines and a model update triggered meanwhile (a serve process allowing
     several runs at once) write one store at the same time; every run lands."""
     import threading
 
     from flows.baselines import evaluate_model_update, nightly_baselines
+    from tests.agents.fake_model_servers import FakeModelServer, openai_completion
 
     location = str(tmp_path / "arena.duckdb") if engine == "duckdb" else request.getfixturevalue("team")
     where = f'db_path = "{location}"' if engine == "duckdb" else f'store_url = "{location}"'
-    common = f'agent = "scripted"\nsuite = "bundled"\n{where}\nartifacts_dir = "{tmp_path / "a"}"\n'
+    common = f'suite = "bundled"\n{where}\nartifacts_dir = "{tmp_path / "a"}"\n'
+    model = FakeModelServer("openai", default=openai_completion("DONE()")).start()
+    request.addfinalizer(model.stop)
+    model.models = ["base", "ckpt-007"]  # an update is refused for a checkpoint the endpoint does not serve
+    monkeypatch.setenv("FAKE_MODEL_KEY", "not-a-secret")
     file = tmp_path / "baselines.toml"
     # The nightly runs both baselines one after the other, first the whole bundled suite on one
     # VM with a pause after each action (long enough for the update to start meanwhile, even on
-    # a loaded machine); the update evaluates a checkpoint against the small one.
+    # a loaded machine); the update evaluates a checkpoint against the small one, whose agent
+    # calls a model (a fake endpoint that answers DONE).
     file.write_text(
-        f'version = 1\n[[baselines]]\nname = "scripted-all"\npool_size = 1\nsettle = 0.2\n{common}'
-        f'[[baselines]]\nname = "scripted-one"\ndomains = ["notepad"]\npool_size = 2\n{common}'
+        f'version = 1\n[[baselines]]\nname = "scripted-all"\nagent = "scripted"\npool_size = 1\nsettle = 0.2\n{common}'
+        f'[[baselines]]\nname = "model-one"\nagent = "openai"\ndomains = ["notepad"]\npool_size = 2\n{common}'
+        f'[baselines.agent_options]\nmodel = "base"\nbase_url = "{model.url}"\napi_key_env = "FAKE_MODEL_KEY"\n'
+        f'[baselines.model_updates]\nmodels = ["ckpt-*"]\n'
     )
+    monkeypatch.setenv("ARENA_BASELINES_FILE", str(file))
     errors: list[BaseException] = []
 
     def run(call: object) -> None:
@@ -241,9 +251,8 @@ def test_a_nightly_and_a_triggered_model_update_overlap_and_both_land(
                 "FROM runs ORDER BY started_at"
             ).fetchall()
 
-    nightly = threading.Thread(target=run, args=(lambda: nightly_baselines(str(file)),))
-    update = threading.Thread(target=run, args=(lambda: evaluate_model_update(
-        "ckpt-007", baseline="scripted-one", baselines_file=str(file)),))
+    nightly = threading.Thread(target=run, args=(nightly_baselines,))
+    update = threading.Thread(target=run, args=(lambda: evaluate_model_update("ckpt-007", baseline="model-one"),))
     nightly.start()
     deadline = time.monotonic() + 120
     while not _has_runs(location):
@@ -256,7 +265,7 @@ def test_a_nightly_and_a_triggered_model_update_overlap_and_both_land(
     runs = run_rows()
     assert all(status == "completed" for _, _, status, _, _ in runs), runs
     assert [m for _, m, _, _, _ in runs].count("ckpt-007") == 1
-    assert {b for b, _, _, _, _ in runs} >= {"scripted-all", "scripted-one"}
+    assert {b for b, _, _, _, _ in runs} >= {"scripted-all", "model-one"}
     # Runs of the two flows were under way at the same time (the nightly's own runs are one
     # after the other, so an overlap is one with the update's).
     overlapping = [

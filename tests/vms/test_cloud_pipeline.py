@@ -121,7 +121,8 @@ def _azure(backends: Backends, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 def test_bundled_suite_on_a_cloud_pool_leaves_nothing_behind(
     prefect_server: None, backends: Backends, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make: Any
 ) -> None:
-    from flows.pool_engine import Lanes, WorkQueue, attempt_task, final_result
+    from flows.pool_engine import Lanes, WorkQueue, attempt_task
+    from flows.run_states import final_result
 
     provider, stop_cloud = make(backends, tmp_path, monkeypatch)
     try:

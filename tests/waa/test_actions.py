@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 import pytest
 
@@ -133,3 +134,64 @@ def test_element_click_goes_through_move_id() -> None:
         "computer.mouse.double_click()",
         "computer.keyboard.keyUp('ctrl')",
     ]
+
+
+# -- typing of any length ------------------------------------------------------------------------
+
+
+def test_typing_pieces_keep_the_text_and_each_fits_one_execute_call() -> None:
+    from adapters.waa.actions import (
+        TYPE_INTERVAL_SECONDS,
+        TYPE_PIECE_CHARS,
+        WINDOWS_COMMAND_LINE_LIMIT,
+        command_line_length,
+        to_pyautogui_write,
+        typing_pieces,
+    )
+
+    text = "".join(chr(32 + i % 95) for i in range(40_000)) + "\n\t\b"
+    pieces = typing_pieces(text)
+    assert "".join(pieces) == text and len(pieces) == 41 and max(map(len, pieces)) == TYPE_PIECE_CHARS
+    # The worst case for the command line: backslash-quote pairs, which repr and then Windows'
+    # quoting both lengthen (6 characters a pair); other typable characters cost at most 2.
+    for worst in ('\\"' * (TYPE_PIECE_CHARS // 2), ('"\\\'\n\t\b' * TYPE_PIECE_CHARS)[:TYPE_PIECE_CHARS]):
+        length = command_line_length(to_execute_command(to_pyautogui_write(worst)))
+        assert length <= 3_200 < WINDOWS_COMMAND_LINE_LIMIT / 10, length
+    # At pyautogui's interval a piece's sleeps alone take 10 s: a twelfth of WAA's 120 s timeout.
+    assert TYPE_PIECE_CHARS * TYPE_INTERVAL_SECONDS <= 120 / 10
+    with pytest.raises(ValueError, match="typing_pieces"):
+        to_pyautogui(BenchmarkAction(type=ActionType.TYPE, text="x" * 1001), SCREEN)
+    assert typing_pieces("") == []
+
+
+# -- the agent's mistakes are found before anything is sent -------------------------------------
+
+
+def test_check_action_refuses_what_cannot_be_carried_out() -> None:
+    from adapters.waa.actions import check_action
+
+    tree = UIElement(node_id="root", role="desktop",
+                     children=[UIElement(node_id="7", role="Button", name="Save", bbox=(100, 100, 140, 120))])
+    screen = Screen(1280, 800, tree)
+    refused = {
+        "unknown key 'hyperdrive'": BenchmarkAction(type=ActionType.KEY, key="ctrl+hyperdrive"),
+        "click point (1280, 10) is off the 1280x800 screen": BenchmarkAction(type=ActionType.CLICK, x=1280, y=10),
+        "scroll point (-1, 10) is off": BenchmarkAction(type=ActionType.SCROLL, x=-1, y=10, scroll_direction="down"),
+        "target box centre": BenchmarkAction(type=ActionType.CLICK, target_bbox=(2000, 0, 2100, 50)),
+        "drag end point": BenchmarkAction(type=ActionType.DRAG, x=10, y=10, end_x=10, end_y=900),
+        "[8] is not on screen": BenchmarkAction(type=ActionType.DOUBLE_CLICK, target_node_id="8"),
+        "nothing to type": BenchmarkAction(type=ActionType.TYPE, text=""),
+    }
+    for says, action in refused.items():
+        with pytest.raises(ActionTranslationError, match=re.escape(says)):
+            check_action(action, screen)
+    for action in (
+        BenchmarkAction(type=ActionType.CLICK, x=0, y=0),  # on screen: clamped off the corner, not refused
+        BenchmarkAction(type=ActionType.CLICK, x=1.0, y=1.0, normalized=True),
+        BenchmarkAction(type=ActionType.CLICK, target_node_id="7"),
+        BenchmarkAction(type=ActionType.TYPE, text=" "),
+        BenchmarkAction(type=ActionType.KEY, key="s", modifiers=["ctrl"]),
+        BenchmarkAction(type=ActionType.SCROLL, scroll_direction="up"),
+        BenchmarkAction(type=ActionType.DONE),
+    ):
+        check_action(action, screen)

@@ -76,3 +76,136 @@ def test_endpoint_answers_the_documented_shape_and_refuses_bad_input(endpoint: s
     unknown = {"evaluator": {"func": "no_such_metric", "result": {"type": "rule", "rules": 1}, "expected": {"type": "rule", "rules": 1}}}
     body = requests.post(endpoint + "/evaluate", json={"task": unknown, "last_action": None}, headers=headers, timeout=30).json()
     assert body["kind"] == "evaluation_error" and "no_such_metric" in body["reason"]
+
+
+# -- the endpoint's trust boundary ---------------------------------------------------------------
+
+
+def _start(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "adapters.waa.evaluate_server", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_endpoint_refuses_to_start_open() -> None:
+    env = {k: v for k, v in __import__("os").environ.items() if k != "ARENA_EVALUATE_TOKEN"}
+    no_token = _start(["--waa-url", "http://127.0.0.1:9", "--port", "0"], env)
+    assert no_token.returncode == 2 and "ARENA_EVALUATE_TOKEN" in no_token.stderr
+    wide = _start(["--waa-url", "http://127.0.0.1:9", "--port", "0", "--insecure-no-token", "--host", "0.0.0.0"], env)
+    assert wide.returncode == 2 and "--host 0.0.0.0 without ARENA_EVALUATE_TOKEN" in wide.stderr
+
+
+@pytest.fixture(scope="module")
+def internal_service() -> Iterator[tuple[str, list[str]]]:
+    """A service on this host's loopback (as the Prefect API is), recording every request it gets."""
+    import http.server
+    import threading
+
+    seen: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server API
+            seen.append(self.path)
+            body = b"internal secret"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}", seen
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def default_endpoint(sim: LocalEnvHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """The endpoint as an operator starts it (token set, no fetch allow-list), and its cache root."""
+    import os
+
+    folder = tmp_path_factory.mktemp("ep-default")
+    port_file, cache = folder / "port", folder / "cache"
+    env = {k: v for k, v in os.environ.items() if k != "ARENA_FETCH_ALLOW"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "adapters.waa.evaluate_server", "--waa-url", sim.base_url, "--port", "0",
+         "--port-file", str(port_file), "--cache-dir", str(cache)],
+        env={**env, "ARENA_EVALUATE_TOKEN": TOKEN}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while not port_file.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "evaluate endpoint did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port_file.read_text()}", cache
+    proc.terminate()
+    proc.wait(10)
+
+
+def _evaluate(endpoint: str, evaluator: dict[str, object]) -> requests.Response:
+    return requests.post(endpoint + "/evaluate", json={"task": {"evaluator": evaluator}, "last_action": "DONE"},
+                         headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
+
+
+@pytest.mark.parametrize("dest", ["../../../../tmp/arena-planted", "/tmp/arena-planted", "a/../../../arena-planted"])
+def test_a_caller_cannot_write_outside_the_cache(default_endpoint: tuple[str, Path], dest: str) -> None:
+    endpoint, _ = default_endpoint
+    planted = Path("/tmp/arena-planted")
+    planted.unlink(missing_ok=True)
+    evaluator = {"func": "exact_match", "result": {"type": "vm_file", "path": r"C:\Users\Docker\Desktop\notes.txt",
+                                                   "dest": dest}, "expected": {"type": "rule", "rules": {"expected": 1}}}
+    answer = _evaluate(endpoint, evaluator)
+    assert answer.status_code == 400 and "task.evaluator.result.dest" in answer.json()["message"]
+    assert not planted.exists()
+
+
+@pytest.mark.parametrize("evaluator", [
+    {"func": "file_contains", "result": {"type": "cache_file", "path": "/etc/passwd"},
+     "expected": {"type": "rule", "rules": {"expected": ["root"]}}},
+    {"func": "compare_text_file", "result": {"type": "rule", "rules": "/etc/hostname"},
+     "expected": {"type": "rule", "rules": "/etc/hostname"}},
+    {"func": ["exact_match", "diff_text_file"], "result": [{"type": "rule", "rules": 1}, {"type": "rule", "rules": "/etc/passwd"}],
+     "expected": [{"type": "rule", "rules": {"expected": 1}}, {"type": "cache_file", "path": "../../etc/passwd"}]},
+], ids=["cache_file", "rule-as-file", "multi"])
+def test_a_caller_cannot_probe_host_files(default_endpoint: tuple[str, Path], evaluator: dict[str, object]) -> None:
+    answer = _evaluate(default_endpoint[0], evaluator)
+    assert answer.status_code == 400, answer.text
+    assert "refused" in answer.json()["message"]
+
+
+@pytest.mark.parametrize("getter", ["page_info", "cloud_file", "pdf_from_url"])
+def test_a_caller_cannot_make_the_host_fetch_its_own_services(
+    default_endpoint: tuple[str, Path], internal_service: tuple[str, list[str]], getter: str
+) -> None:
+    base, seen = internal_service
+    before = len(seen)
+    url = base + "/api/flow_runs/filter"
+    spec = {"page_info": {"type": "page_info", "url": url},
+            "cloud_file": {"type": "cloud_file", "path": url, "dest": "x.txt"},
+            "pdf_from_url": {"type": "pdf_from_url", "path": url, "dest": "x.pdf"}}[getter]
+    answer = _evaluate(default_endpoint[0], {"func": "exact_match", "result": spec,
+                                             "expected": {"type": "rule", "rules": {"expected": "internal secret"}}})
+    body = answer.json()
+    assert answer.status_code == 200 and body["kind"] == "evaluation_error", body
+    assert "not a public address" in body["reason"] and "internal secret" not in answer.text
+    assert len(seen) == before  # nothing reached the internal service
+
+
+def test_a_caller_cannot_reach_the_metadata_service_or_other_schemes(default_endpoint: tuple[str, Path]) -> None:
+    for url in ("http://169.254.169.254/latest/meta-data/", "file:///etc/passwd", "http://[::1]:4200/api/health"):
+        body = _evaluate(default_endpoint[0], {"func": "exact_match", "result": {"type": "page_info", "url": url},
+                                               "expected": {"type": "rule", "rules": {"expected": 1}}}).json()
+        assert body["kind"] == "evaluation_error" and ("public address" in body["reason"] or "only http" in body["reason"])
+
+
+def test_postconfig_downloads_follow_the_fetch_policy(
+    default_endpoint: tuple[str, Path], internal_service: tuple[str, list[str]]
+) -> None:
+    base, seen = internal_service
+    before = len(seen)
+    step = {"type": "download", "parameters": {"files": [{"url": base + "/secret", "path": r"C:\Users\Docker\x.txt"}]}}
+    body = _evaluate(default_endpoint[0], {"func": "exact_match", "postconfig": [step],
+                                           "result": {"type": "rule", "rules": 1},
+                                           "expected": {"type": "rule", "rules": {"expected": 1}}}).json()
+    assert body["kind"] == "evaluation_error" and "not a public address" in body["reason"]
+    assert len(seen) == before

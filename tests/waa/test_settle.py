@@ -46,9 +46,10 @@ def _screen(label: int | None = None, caret: bool = False, pointer: tuple[int, i
 class Timeline:
     """A virtual clock and a screen that shows `frames[i]` from time `at[i]` on."""
 
-    def __init__(self, frames: list[tuple[float, bytes]]) -> None:
+    def __init__(self, frames: list[tuple[float, bytes]], capture_seconds: float = 0.02) -> None:
         self.now = 0.0
         self.frames = frames
+        self.capture_seconds = capture_seconds
         self.captured: list[bytes] = []
 
     def clock(self) -> float:
@@ -59,7 +60,7 @@ class Timeline:
 
     def capture(self) -> bytes:
         shown = [png for at, png in self.frames if at <= self.now][-1]
-        self.now += 0.02  # a capture takes time too
+        self.now += self.capture_seconds  # a capture takes time too
         self.captured.append(shown)
         return shown
 
@@ -88,14 +89,58 @@ def test_no_visible_change_waits_the_change_wait_then_observes() -> None:
     timeline = Timeline([(0.0, _screen())])
     result = _settle(timeline, ActionType.CLICK)
     assert not result.changed and not result.capped
-    assert 2.5 <= result.seconds <= 2.5 + 0.3  # the click's change wait, then it is already still
+    assert 3.0 <= result.seconds <= 3.0 + 0.3  # WAA's 3 s pause, then it is already still
 
 
 def test_caret_blink_and_pointer_are_not_changes() -> None:
     frames = [(0.0, _screen(1, caret=True))]
     frames += [(0.53 * k, _screen(1, caret=k % 2 == 0, pointer=(300, 200))) for k in range(1, 12)]
-    result = _settle(Timeline(frames), ActionType.TYPE)
-    assert not result.changed and not result.capped and result.seconds < 1.2
+    for text in (None, "ab"):  # a short text's effect size stays above a caret and a pointer
+        result = _settle_text(frames, text)
+        assert not result.changed and not result.capped and 3.0 <= result.seconds < 3.4
+
+
+def _typed(text: str) -> bytes:
+    """A window with `text` written in it, as an editor shows typed text."""
+    image = Image.open(io.BytesIO(_screen(1)))
+    ImageDraw.Draw(image).text((120, 100), text, fill=(0, 0, 0))
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+def _settle_text(frames: list[tuple[float, bytes]], text: str | None):
+    timeline = Timeline(frames)
+    return settle(timeline.capture, frames[0][1], ActionType.TYPE, SettlePolicy(), text=text,
+                  clock=timeline.clock, sleep=timeline.sleep)
+
+
+LINE = "The quick brown fox jumps over the lazy dog"
+
+
+def test_typed_text_that_shows_at_once_settles_fast() -> None:
+    result = _settle_text([(0.0, _screen(1)), (0.01, _typed(LINE))], LINE)
+    assert result.changed and result.screenshot == _typed(LINE) and result.seconds < 1.0
+
+
+@pytest.mark.parametrize("late", [0.8, 2.0, 2.98, 3.0])
+def test_typed_text_repainted_late_is_never_observed_stale(late: float) -> None:
+    """An application that repaints up to WAA's 3 s after the keystrokes: the observation shows
+    the text (the change wait counts from when a capture is asked for, so a repaint right at
+    its end is seen too)."""
+    result = _settle_text([(0.0, _screen(1)), (late, _typed(LINE))], LINE)
+    assert result.changed and result.screenshot == _typed(LINE), late
+    assert late <= result.seconds <= late + 0.5 + 0.3
+
+
+def test_a_capture_asked_for_before_the_change_wait_ends_does_not_end_it() -> None:
+    """A slow screenshot (0.35 s) taken from 2.85 s shows the screen before a repaint at 3.0 s;
+    it ends after the change wait but must not count as the conclusion that nothing changed."""
+    frames = [(0.0, _screen(1)), (3.0, _typed(LINE))]
+    timeline = Timeline(frames, capture_seconds=0.35)
+    result = settle(timeline.capture, frames[0][1], ActionType.TYPE, SettlePolicy(), text=LINE,
+                    clock=timeline.clock, sleep=timeline.sleep)
+    assert result.changed and result.screenshot == _typed(LINE)
 
 
 def test_a_screen_that_never_stands_still_is_observed_at_the_cap() -> None:
@@ -203,3 +248,29 @@ def test_concurrent_and_sequential_reads_give_the_same_observation(client: WAACl
     first, second = observations
     assert first.window_title == second.window_title == "Untitled - Notepad"
     assert first.accessibility_tree == second.accessibility_tree and first.screenshot == second.screenshot
+
+
+def test_a_slowly_repainting_application_is_never_observed_stale(tmp_path: Path) -> None:
+    """The simulation's slow-repaint mode: screen and tree show a typing step's text only 2.5 s
+    after it. The adaptive settle observes the text; observing at once would not."""
+    from adapters.waa.localenv.launcher import start_local_env
+
+    handle = start_local_env(tmp_path / "sim", quirks=True, quirk_settings={
+        "ready_delay": 0, "accessibility_delay": 0, "launch_delay": 0, "failsafe": False, "repaint_delay": 2.5})
+    try:
+        for policy, stale in ((SettlePolicy(), False), (SettlePolicy.fixed(0), True)):
+            requests.post(handle.base_url + "/sim/snapshot/load", json={"name": "initial"}, timeout=10)
+            adapter = WAALiveAdapter(WAAClient(handle.base_url), WAATaskCatalog(bundled_suite_dir()), tmp_path,
+                                     LiveAdapterSettings(settle=policy))
+            observation = adapter.reset(_notepad())
+            editor = observation.accessibility_tree.find(role="Edit", name="Text Editor")
+            adapter.step(BenchmarkAction(type=ActionType.CLICK, target_node_id=editor.node_id))
+            observation, _, info = adapter.step(BenchmarkAction(type=ActionType.TYPE, text="typed but drawn late"))
+            shown = observation.accessibility_tree.find(role="Edit", name="Text Editor").attributes["value"]
+            assert (shown == "") is stale, (policy.describe(), shown)
+            if not stale:
+                assert observation.raw_observation["settle"]["changed"]
+                assert 2.5 <= observation.raw_observation["settle"]["seconds"], observation.raw_observation["settle"]
+            adapter.close()
+    finally:
+        handle.stop()

@@ -16,6 +16,14 @@
    caught (with "and" it scores 0).
 
 On top of WAA's score, every outcome says what kind it is and why (see `KNOWN_DEVIATIONS`).
+
+Server failures during evaluation (adapters/outcomes.py R9): every call a getter makes to the VM
+goes through `_WatchedVM`, which remembers each call the server failed for its own reasons (5xx,
+a dropped connection, a deadline), also when the getter swallows the error the way WAA's does.
+With `scoring="strict"` (the default) such a getter ends the evaluation as an
+`infrastructure_error`: the attempt is retried and never scored. `scoring="waa-compat"` keeps
+WAA's handling of a server's error answer (the getter's value, mostly None, scored: mostly 0)
+for people who must reproduce WAA's numbers; a VM out of reach is infrastructure in both.
 """
 
 from __future__ import annotations
@@ -27,10 +35,12 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from adapters.benchmark import OutcomeKind
-from adapters.outcomes import evaluation_error_outcome
-from adapters.waa.errors import WAAConnectionError
+from adapters.outcomes import Fault, Scoring, classify_evaluation_call_error, evaluation_error_outcome
+from adapters.waa.errors import WAAConnectionError, WAAError
 from adapters.waa.evaluator.getters import GETTERS, GetterContext
-from adapters.waa.evaluator.metrics import METRICS, metric_for
+from adapters.host_paths import is_inside
+from adapters.waa.host_fetch import FetchPolicy
+from adapters.waa.evaluator.metrics import FILE_ARGUMENTS, METRICS, metric_for
 from adapters.waa.evaluator.vm import VMConnection
 
 OutcomeKindName = Literal["scored", "evaluation_error", "infrastructure_error"]
@@ -53,6 +63,11 @@ KNOWN_DEVIATIONS: list[str] = [
     "system_notifications keeps WAA's quirk of returning None for a ToastEnabled value other than "
     "0 or empty.",
     # Where we deliberately do not produce WAA's number.
+    "A getter call the server failed for its own reasons (5xx such as WAA's /execute 'timed out "
+    "after 120 seconds', a dropped connection, a deadline) is an infrastructure_error by default "
+    "(scoring 'strict'), even where WAA's getter turns it into None and scores 0; a 5xx naming a "
+    "file or program the VM lacks ([WinError 2]) is an evaluation_error. scoring 'waa-compat' "
+    "keeps WAA's handling of the server's error answers (adapters/outcomes.py R9).",
     "A WAAConnectionError (VM unreachable or timed out) anywhere is an infrastructure_error, never "
     "a score; WAA scores 0 when it happens in a single-metric result getter and crashes otherwise. "
     "The same holds for a connection error from the postconfig callback, and for a postconfig step "
@@ -109,6 +124,34 @@ class _Stop(Exception):
 
 
 _SUMMARY_CHARS = 200
+
+
+class _WatchedVM:
+    """The VM connection as getters see it: every call goes through, and each one the server
+    failed (R9: `classify_evaluation_call_error`) is remembered with its fault, even when the
+    getter catches the error as WAA's getters do."""
+
+    def __init__(self, vm: VMConnection, scoring: Scoring, agent_typed_control_characters: bool) -> None:
+        self._vm = vm
+        self.scoring = scoring
+        self._agent_typed_control_characters = agent_typed_control_characters
+        self.failures: list[tuple[Fault, WAAError]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._vm, name)
+        if not callable(target):
+            return target
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return target(*args, **kwargs)
+            except WAAError as exc:
+                fault = classify_evaluation_call_error(exc, self._agent_typed_control_characters)
+                if fault is not None and fault is not Fault.AGENT:
+                    self.failures.append((fault, exc))
+                raise
+
+        return call
 
 
 def _summary(value: Any) -> str:
@@ -222,8 +265,57 @@ def _plan(spec: Any) -> _Plan:
 # -- the evaluation ------------------------------------------------------------------------------
 
 
-def _get(ctx: GetterContext, entry: dict[str, Any]) -> Any:
-    return GETTERS[entry["type"]](ctx, entry)
+def _get(ctx: GetterContext, entry: dict[str, Any], where: str) -> Any:
+    """Run one getter. A call the server failed during it ends the evaluation (R9) unless
+    scoring is "waa-compat"; then it is noted and WAA's handling stands."""
+    watched = ctx.vm if isinstance(ctx.vm, _WatchedVM) else None
+    mark = len(watched.failures) if watched is not None else 0
+    try:
+        value = GETTERS[entry["type"]](ctx, entry)
+    except Exception:
+        _stop_on_server_failure(ctx, watched, mark, where)
+        raise
+    _stop_on_server_failure(ctx, watched, mark, where)
+    return value
+
+
+def _stop_on_server_failure(ctx: GetterContext, watched: _WatchedVM | None, mark: int, where: str) -> None:
+    """R9: an infrastructure_error (an evaluation_error for a file or program the VM lacks) when
+    the server failed a call of this getter; under "waa-compat" only a VM out of reach is."""
+    failures = watched.failures[mark:] if watched is not None else []
+    if not failures or watched is None:
+        return
+    unreachable = [(f, e) for f, e in failures if isinstance(e, WAAConnectionError)]
+    fault, error = (unreachable or failures)[0]
+    if watched.scoring == "waa-compat" and not unreachable:
+        ctx.notes.append(
+            f"{where}: the server failed {error.endpoint} ({error.message}); scored as WAA scores it (scoring waa-compat)"
+        )
+        return
+    if fault is Fault.TASK_DATA:
+        raise _Stop("evaluation_error", f"{where}: {error.endpoint} failed on the VM: {error.message}")
+    if unreachable:
+        raise _Stop("infrastructure_error", f"{where}: VM unreachable ({error}) (not scored; the attempt is retried)")
+    raise _Stop(
+        "infrastructure_error",
+        f"{where}: the server failed {error.endpoint}: {error.message} (not scored; the attempt is retried)",
+    )
+
+
+def _check_host_files(name: str, arguments: tuple[Any, ...], folders: list[Path]) -> None:
+    """A metric that reads host files may only be given files inside the evaluation's folders
+    (what the file getters wrote); a path from anywhere else (a task's `rule` value) ends the
+    evaluation before any file is opened."""
+    for position, value in enumerate(arguments[: FILE_ARGUMENTS.get(name, 0)]):
+        paths = value if isinstance(value, (list, tuple)) else [value]
+        for path in paths:
+            if isinstance(path, (str, Path)) and str(path) and not is_inside(path, folders):
+                role = "result" if position == 0 else "expected"
+                raise _Stop(
+                    "evaluation_error",
+                    f"metric {name}: its {role} file {str(path)!r:.120} is not one the evaluation's getters "
+                    "produced (outside the task's cache and download folders); refused",
+                )
 
 
 def _call_metric(name: str, result: Any, expected: Any, options: Any, flavor: str) -> Any:
@@ -281,6 +373,9 @@ def evaluate_task(
     download_dir: Path | None = None,
     devtools_url: str | None = None,
     flavor: str = "waa",
+    scoring: Scoring = "strict",
+    agent_typed_control_characters: bool = False,
+    fetch_policy: FetchPolicy | None = None,
 ) -> EvaluationOutcome:
     """Score a task's final state the way WAA's `DesktopEnv.evaluate()` does.
 
@@ -289,12 +384,18 @@ def evaluate_task(
     attempt). `run_postconfig` runs the spec's postconfig steps. `offline` forbids downloads:
     cloud_file must find its URL in `download_dir` (default `cache_dir / "downloads"`). `flavor`
     ("waa", "waa-v2") picks the suite's own version of metrics that differ (METRIC_VARIANTS).
+    `scoring` says how a getter call the server failed counts (module docstring; R9), and
+    `agent_typed_control_characters` that a tree the server cannot serialize is the agent's (R5).
+    `fetch_policy` says what getters may fetch on the host (default: ARENA_FETCH_ALLOW's).
     Never raises for a bad spec, a failing getter/metric or an unreachable VM: those become
     outcomes of kind evaluation_error / infrastructure_error.
     """
+    if scoring not in ("strict", "waa-compat"):
+        raise ValueError(f"scoring must be 'strict' or 'waa-compat', got {scoring!r}")
     ctx = GetterContext(
-        vm=vm, cache_dir=Path(cache_dir), offline=offline, download_dir=download_dir, devtools_url=devtools_url,
-        flavor=flavor,
+        vm=_WatchedVM(vm, scoring, agent_typed_control_characters), cache_dir=Path(cache_dir), offline=offline,
+        download_dir=download_dir, devtools_url=devtools_url, flavor=flavor,
+        fetch_policy=fetch_policy or FetchPolicy.from_env(),
     )
     details: list[dict[str, Any]] = []
     try:
@@ -353,7 +454,9 @@ def _evaluate_one(plan: _Plan, ctx: GetterContext, details: list[dict[str, Any]]
         details.append(_detail(name, 0.0, error="no result getter"))
         return 0.0, f"{name}: the spec has no result getter; WAA's call fails and it scores 0"
     try:
-        result = _get(ctx, result_spec)
+        result = _get(ctx, result_spec, f"result getter {result_spec['type']}")
+    except _Stop:
+        raise
     except Exception as exc:  # noqa: BLE001 - WAA catches every exception here and scores 0
         _raise_if_infrastructure(exc, f"result getter {result_spec['type']}")
         details.append(_detail(name, 0.0, error=_describe(exc)))
@@ -364,18 +467,22 @@ def _evaluate_one(plan: _Plan, ctx: GetterContext, details: list[dict[str, Any]]
         if not expected_spec:
             raise _Stop("evaluation_error", f"{name}: 'expected' is present but empty ({_summary(expected_spec)}); WAA raises")
         try:
-            expected = _get(ctx, expected_spec)
+            expected = _get(ctx, expected_spec, f"expected getter {expected_spec['type']}")
+        except _Stop:
+            raise
         except Exception as exc:  # noqa: BLE001 - WAA does not catch this: the evaluation fails
             _raise_if_infrastructure(exc, f"expected getter {expected_spec['type']}")
             details.append(_detail(name, None, result, error=_describe(exc)))
             raise _Stop("evaluation_error", f"expected getter {expected_spec['type']} raised {_describe(exc)}") from exc
 
-    score = _run_metric(name, result, expected, options, details, ctx.flavor)
+    score = _run_metric(name, result, expected, options, details, ctx)
     return score, _explain(name, score, result, expected)
 
 
 def _run_metric(name: str, result: Any, expected: Any, options: Any, details: list[dict[str, Any]],
-                flavor: str) -> float:
+                ctx: GetterContext) -> float:
+    flavor = ctx.flavor
+    _check_host_files(name, (result, expected), [ctx.cache_dir, ctx.downloads])
     try:
         raw = _call_metric(name, result, expected, options, flavor)
     except Exception as exc:  # noqa: BLE001 - WAA does not catch metric exceptions
@@ -415,7 +522,9 @@ def _evaluate_many(
         if not result_spec:
             raise _Stop("evaluation_error", f"{label}: no result getter (WAA raises TypeError)")
         try:
-            result = _get(ctx, result_spec)
+            result = _get(ctx, result_spec, f"{label}: result getter {result_spec['type']}")
+        except _Stop:
+            raise
         except FileNotFoundError as exc:
             if conj == "and":
                 details.append(_detail(name, 0.0, error=_describe(exc)))
@@ -439,7 +548,9 @@ def _evaluate_many(
         expected = None
         if expected_spec:
             try:
-                expected = _get(ctx, expected_spec)
+                expected = _get(ctx, expected_spec, f"{label}: expected getter {expected_spec['type']}")
+            except _Stop:
+                raise
             except Exception as exc:  # noqa: BLE001 - not caught by WAA
                 _raise_if_infrastructure(exc, f"{label}: expected getter {expected_spec['type']}")
                 details.append(_detail(name, None, result, error=_describe(exc)))
@@ -447,7 +558,7 @@ def _evaluate_many(
                     "evaluation_error", f"{label}: expected getter {expected_spec['type']} raised {_describe(exc)}"
                 ) from exc
 
-        score = _run_metric(name, result, expected, plan.options[index], details, ctx.flavor)
+        score = _run_metric(name, result, expected, plan.options[index], details, ctx)
         reasons.append(_explain(name, score, result, expected))
         if conj == "and" and score == 0.0:
             return 0.0, f"and: stopped at {label} (0): " + "; ".join(reasons)

@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from adapters.host_paths import PathEscapeError, inside
 from adapters.registry import Registry
 from adapters.waa.errors import WAAHTTPError
 from adapters.waa.evaluator.errors import EvaluationConfigError, HostNetworkError, require
 from adapters.waa.downloads import cached_download_path
+from adapters.waa.host_fetch import FetchPolicy, FetchRefused
 from adapters.waa.evaluator.vm import VMConnection
 
 
@@ -44,6 +47,8 @@ class GetterContext:
     """The browser's DevTools HTTP endpoint on the VM (port 9222), for tab and page getters."""
     flavor: str = "waa"
     """The suite's flavour ("waa", "waa-v2"): which version of a metric that differs scores it."""
+    fetch_policy: FetchPolicy = field(default_factory=FetchPolicy.from_env)
+    """Which URLs getters may fetch on the host (adapters/waa/host_fetch.py)."""
 
     @property
     def downloads(self) -> Path:
@@ -59,6 +64,23 @@ _F = TypeVar("_F", bound=Getter)
 def getter(name: str) -> Callable[[_F], _F]:
     """Register a getter under the spec `type` it serves."""
     return GETTERS.register(name)
+
+
+def cache_path(ctx: GetterContext, name: Any, what: str) -> str:
+    """Where a getter writes or reads `name` in the task's cache dir: always inside it
+    (adapters/host_paths.py). A name that leads out (absolute, '..') is an evaluation error
+    naming the field, never a file written or read elsewhere on the host."""
+    try:
+        return str(inside(ctx.cache_dir, name, what=what))
+    except PathEscapeError as exc:
+        raise EvaluationConfigError(str(exc)) from None
+
+
+def local_name(vm_path: str) -> str:
+    """The file name a VM path is copied under: its last component in Windows or POSIX form
+    (WAA splits on '/' only, so a Windows path would become one name full of backslashes and a
+    drive letter; the name is local bookkeeping and does not change any score)."""
+    return re.split(r"[/\\]", vm_path)[-1] or "file"
 
 
 def soft_call(ctx: GetterContext, what: str, call: Callable[[], Any], default: Any) -> Any:
@@ -96,7 +118,7 @@ def get_rule(ctx: GetterContext, config: dict[str, Any]) -> Any:
 def get_cache_file(ctx: GetterContext, config: dict[str, Any]) -> str:
     """WAA `get_cache_file`: a path relative to the task's cache dir, which must exist
     (WAA asserts it; the AssertionError is treated like any other getter exception)."""
-    local = os.path.join(str(ctx.cache_dir), config["path"])
+    local = cache_path(ctx, config["path"], "cache_file path")
     if not os.path.exists(local):
         raise AssertionError(f"cache_file: {local} does not exist")
     return local
@@ -148,7 +170,7 @@ def _cached_download(ctx: GetterContext, url: str, dest: str) -> Path:
     import requests
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with requests.get(url, stream=True, timeout=ctx.download_timeout) as response:
+        with ctx.fetch_policy.get(url, stream=True, timeout=ctx.download_timeout) as response:
             if response.status_code != 200:
                 # WAA calls raise_for_status(), which raises out of evaluate(): not a score.
                 raise EvaluationConfigError(f"cloud_file: GET {url} answered HTTP {response.status_code}")
@@ -163,6 +185,8 @@ def _cached_download(ctx: GetterContext, url: str, dest: str) -> Path:
                 if os.path.exists(tmp_name):
                     os.unlink(tmp_name)
                 raise
+    except FetchRefused as exc:
+        raise EvaluationConfigError(f"cloud_file: {exc}") from None
     except (requests.ConnectionError, requests.Timeout) as exc:
         raise HostNetworkError(f"cloud_file: cannot download {url}: {exc}") from exc
     return target
@@ -201,7 +225,7 @@ def get_vm_file(ctx: GetterContext, config: dict[str, Any]) -> str | None | list
             if index in gives:
                 given.append(None)
             continue
-        local = os.path.join(str(ctx.cache_dir), dest)
+        local = cache_path(ctx, dest, "vm_file dest")
         with open(local, "wb") as out:
             out.write(content)
         if index in gives:
@@ -218,7 +242,7 @@ def get_content_from_vm_file(ctx: GetterContext, config: dict[str, Any]) -> Any:
     NotImplementedError, as in WAA. Needs pandas + openpyxl (the 'metrics' extra).
     """
     vm_path = config["path"]
-    local = get_vm_file(ctx, {"path": vm_path, "dest": os.path.basename(vm_path)})
+    local = get_vm_file(ctx, {"path": vm_path, "dest": local_name(vm_path)})
     file_type, file_content = config["file_type"], config["file_content"]
     if file_type != "xlsx":
         raise NotImplementedError(f"content_from_vm_file: file type {file_type} not supported")

@@ -49,7 +49,8 @@ from xml.etree import ElementTree
 
 from adapters.waa.errors import WAAHTTPError
 from adapters.waa.evaluator.errors import EvaluationConfigError, HostNetworkError, require
-from adapters.waa.evaluator.getters import GetterContext, soft_call, getter
+from adapters.waa.evaluator.getters import GetterContext, cache_path, getter, soft_call
+from adapters.waa.host_fetch import FetchRefused
 
 BROWSER_DEVIATIONS: list[str] = [
     "Browser getters follow only the Windows branch of WAA's getters (WAA VMs run Windows); the "
@@ -290,11 +291,7 @@ def _cache_target(ctx: GetterContext, dest: Any) -> str:
     """Where a copied VM file goes: `dest` inside the task cache dir (never outside it)."""
     if not isinstance(dest, str) or not dest:
         raise TypeError(f"dest must be a non-empty file name, got {dest!r:.100}")
-    base = Path(ctx.cache_dir).resolve()
-    target = (base / dest).resolve()
-    if target != base and base not in target.parents:
-        raise EvaluationConfigError(f"dest {dest!r:.100} points outside the task's cache directory")
-    return str(target)
+    return cache_path(ctx, dest, "dest")
 
 
 def _sqlite_rows(ctx: GetterContext, name: str, key: str, config: dict[str, Any], query: str) -> list[tuple] | None:
@@ -771,7 +768,9 @@ def _fetch(ctx: GetterContext, name: str, url: Any) -> Any:
     import requests
 
     try:
-        return requests.get(url, timeout=ctx.download_timeout)
+        return ctx.fetch_policy.get(url, timeout=ctx.download_timeout)
+    except FetchRefused as exc:
+        raise EvaluationConfigError(f"{name}: {exc}") from None
     except (requests.ConnectionError, requests.Timeout) as exc:
         raise HostNetworkError(f"{name}: cannot fetch {url}: {exc}") from exc
 

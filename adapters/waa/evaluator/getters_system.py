@@ -38,9 +38,11 @@ from adapters.waa.evaluator.getters import (
     GetterContext,
     _execute_as_dict,
     _registry_value,
-    soft_call,
+    cache_path,
     get_vm_file,
     getter,
+    local_name,
+    soft_call,
 )
 from adapters.waa.evaluator.vm import VMConnection
 
@@ -452,15 +454,14 @@ def get_image_dimension_matches_input(ctx: GetterContext, config: dict[str, Any]
     """WAA `get_image_dimension_matches_input`: True when the image at `filepath` is exactly
     `width` x `height` pixels (given as strings or numbers; compared as floats), else False;
     False when any of the three is empty. A missing file raises (Pillow cannot open None), as in
-    WAA. Kept WAA quirk: the cache file is named after the path split on '/' only, so a Windows
-    path becomes one file name with backslashes."""
+    WAA. The local copy is named after the path's last component (`local_name`)."""
     if not config["filepath"] or not config["width"] or not config["height"]:
         return False
     from PIL import Image
 
     path = config["filepath"]
     width, height = float(config["width"]), float(config["height"])
-    local = get_vm_file(ctx, {"path": path, "dest": posixpath.split(path)[-1]})
+    local = get_vm_file(ctx, {"path": path, "dest": local_name(path)})
     with Image.open(local) as image:
         size = image.size
     return size[0] == width and size[1] == height
@@ -548,7 +549,7 @@ VLC_CONFIG_PATH = "C:\\Users\\Docker\\AppData\\Roaming\\vlc\\vlcrc"
 
 
 def _write_cache_file(ctx: GetterContext, dest: str, content: bytes | None, what: str) -> str:
-    local = os.path.join(str(ctx.cache_dir), dest)
+    local = cache_path(ctx, dest, f"{what} dest")
     if content is None:
         # WAA writes None into the file and fails with this TypeError (the getter scores 0).
         raise TypeError(f"{what}: the VM returned no content, so WAA cannot write {dest}")

@@ -27,8 +27,18 @@ METRICS: Registry[Metric] = Registry("metric")
 _F = TypeVar("_F", bound=Metric)
 
 
-def metric(name: str) -> Callable[[_F], _F]:
-    """Register a metric under the name evaluator specs use in `func`."""
+# How many leading positional arguments of a metric are files on the evaluation host (the
+# result and expected paths a file getter produced). The engine checks that such an argument
+# names a file inside the evaluation's own folders, so a task's `rule` value cannot make a
+# metric read another host file (adapters/host_paths.py).
+FILE_ARGUMENTS: dict[str, int] = {}
+
+
+def metric(name: str, *, files: int = 0) -> Callable[[_F], _F]:
+    """Register a metric under the name evaluator specs use in `func`; `files` says how many
+    of its leading positional arguments are host file paths."""
+    if files:
+        FILE_ARGUMENTS[name] = files
     return METRICS.register(name)
 
 
@@ -123,7 +133,7 @@ def is_extension_installed(actual: Any, rules: Any, **options: Any) -> float:
     raise NotImplementedError(f"is_extension_installed: rule type {kind!r} is not supported")
 
 
-@metric("file_contains")
+@metric("file_contains", files=1)
 def file_contains(file_path: Any, config: Any) -> float:
     """WAA `file_contains`: 1.0 iff every string of `config["expected"]` occurs in the file.
     No path gives 0; WAA catches *every* error while reading and checking (missing file,
@@ -139,7 +149,7 @@ def file_contains(file_path: Any, config: Any) -> float:
     return 1.0
 
 
-@metric("diff_text_file")
+@metric("diff_text_file", files=2)
 def diff_text_file(result: Any, expect: Any) -> float:
     """WAA `diff_text_file`: difflib similarity ratio of the two files' lines (a fraction).
     A None result gives 0; a missing file raises."""
@@ -158,7 +168,7 @@ def _squash_blanks(text: str) -> str:
     return _WHITESPACE_RUN.sub(" ", _TABS_NEWLINES.sub(" ", text).strip())
 
 
-@metric("compare_text_file")
+@metric("compare_text_file", files=2)
 def compare_text_file(actual: Any, expected: Any, **options: Any) -> float:
     """WAA `compare_text_file` (vscode.py): 1.0 iff the two text files are equal after the
     options: `ignore_blanks` (tabs/newlines to spaces, trim, runs of whitespace to one space)
@@ -174,7 +184,7 @@ def compare_text_file(actual: Any, expected: Any, **options: Any) -> float:
     return 1.0 if ours == gold else 0.0
 
 
-@metric("check_json_settings")
+@metric("check_json_settings", files=1)
 def check_json_settings(actual: Any, expected: Any, **options: Any) -> float:
     """WAA `check_json_settings` (vscode.py): 1.0 iff the JSON file holds every key of
     `expected["expected"]` with an equal value (extra keys in the file are fine). An empty/None

@@ -141,7 +141,7 @@ def _odt_paragraph_texts(document: Any) -> list[str]:
 # -- metrics ---------------------------------------------------------------------------------
 
 
-@metric("compare_docx_files")
+@metric("compare_docx_files", files=2)
 def compare_docx_files(file1: Any, file2: Any, **options: Any) -> float:
     """WAA `compare_docx_files` (docs.py): compare the paragraph text of two .docx (python-docx)
     or two .odt (odfpy) files.
@@ -199,7 +199,7 @@ def compare_docx_files(file1: Any, file2: Any, **options: Any) -> float:
     return 1.0
 
 
-@metric("compare_line_spacing")
+@metric("compare_line_spacing", files=2)
 def compare_line_spacing(docx_file1: Any, docx_file2: Any) -> float:
     """WAA `compare_line_spacing` (docs.py): 1 iff compare_docx_files (default options) passes,
     both documents have as many paragraphs and each pair has an equal
@@ -224,7 +224,7 @@ def compare_line_spacing(docx_file1: Any, docx_file2: Any) -> float:
     return 1.0 if same else 0.0
 
 
-@metric("evaluate_strike_through_last_paragraph")
+@metric("evaluate_strike_through_last_paragraph", files=2)
 def evaluate_strike_through_last_paragraph(file_path1: Any, file_path2: Any) -> float:
     """WAA `evaluate_strike_through_last_paragraph` (docs.py): 1 iff compare_docx_files passes
     and every run of the first file's last body paragraph has strike-through set directly
@@ -243,7 +243,7 @@ def evaluate_strike_through_last_paragraph(file_path1: Any, file_path2: Any) -> 
     return 1.0 if all(run.font.strike for run in last.runs) else 0.0
 
 
-@metric("check_tabstops")
+@metric("check_tabstops", files=2)
 def check_tabstops(docx_file1: Any, docx_file2: Any, **kwargs: Any) -> float:
     """WAA `check_tabstops` (docs.py): how close the first file's tab stops are to the second's.
 
@@ -301,7 +301,7 @@ def check_tabstops(docx_file1: Any, docx_file2: Any, **kwargs: Any) -> float:
     return 1 - penalty / len(paragraphs1)
 
 
-@metric("is_first_line_centered")
+@metric("is_first_line_centered", files=1)
 def is_first_line_centered(docx_file: Any) -> float:
     """WAA `is_first_line_centered` (docs.py): 1 iff the first body paragraph's direct alignment
     is CENTER (alignment inherited from a style does not count). None/unreadable: 0; a document
@@ -319,7 +319,7 @@ def is_first_line_centered(docx_file: Any) -> float:
     return 1.0 if centered else 0.0
 
 
-@metric("compare_font_names")
+@metric("compare_font_names", files=1)
 def compare_font_names(docx_file: Any, rules: Any) -> float:
     """WAA `compare_font_names` (docs.py): 1 iff every run of every body paragraph has
     `run.font.name` (the direct ASCII font) equal to `rules["font_name"]`. None/unreadable: 0
@@ -338,7 +338,7 @@ def compare_font_names(docx_file: Any, rules: Any) -> float:
     return 1.0
 
 
-@metric("compare_docx_tables")
+@metric("compare_docx_tables", files=2)
 def compare_docx_tables(docx_file1: Any, docx_file2: Any) -> float:
     """WAA `compare_docx_tables` (docs.py): 1 iff both documents have as many top-level tables,
     each pair has as many rows and columns, and every cell's stripped text is equal.
@@ -363,7 +363,7 @@ def compare_docx_tables(docx_file1: Any, docx_file2: Any) -> float:
     return 1.0
 
 
-@metric("check_italic_font_size_14")
+@metric("check_italic_font_size_14", files=2)
 def check_italic_font_size_14(path1: Any, path2: Any) -> float:
     """WAA `check_italic_font_size_14` (docs.py): 1 iff compare_docx_files passes and every
     body run of the first file that is directly italic has a direct size of exactly 14 pt.
@@ -384,7 +384,7 @@ def check_italic_font_size_14(path1: Any, path2: Any) -> float:
     return 1.0
 
 
-@metric("compare_subscript_contains")
+@metric("compare_subscript_contains", files=2)
 def compare_subscript_contains(docx_file1: Any, docx_file2: Any) -> float:
     """WAA `compare_subscript_contains` (docs.py): 1 as soon as a run of the first file and the
     run at the same (paragraph, run) position of the second are both subscript; else 0.
@@ -418,7 +418,7 @@ def _highlighted_run_texts(path: str) -> list[Any]:
     return texts
 
 
-@metric("compare_highlighted_text")
+@metric("compare_highlighted_text", files=2)
 def compare_highlighted_text(file1: Any, file2: Any) -> float:
     """WAA `compare_highlighted_text` (docs.py, marked deprecated there): 1 iff the two .docx
     files' word/document.xml have the same *set* of highlighted texts: for every w:r with a
@@ -433,7 +433,7 @@ def compare_highlighted_text(file1: Any, file2: Any) -> float:
     return 1.0 if set(ours) == set(gold) else 0.0
 
 
-@metric("find_default_font")
+@metric("find_default_font", files=1)
 def find_default_font(config_file_path: Any, rules: Any) -> float:
     """WAA `find_default_font` (docs.py): 1 iff Writer's default font in registrymodifications.xcu
     (the value of prop 'Standard' under the item whose oor:path is
@@ -461,7 +461,7 @@ def find_default_font(config_file_path: Any, rules: Any) -> float:
     return 1.0 if found == wanted else 0.0
 
 
-@metric("has_page_numbers_in_footers")
+@metric("has_page_numbers_in_footers", files=1)
 def has_page_numbers_in_footers(docx_file: Any) -> float:
     """WAA `has_page_numbers_in_footers` (docs.py): 1 iff, for every section, the first
     paragraph of its footer (python-docx follows 'linked to previous') contains a digit
@@ -484,7 +484,7 @@ def has_page_numbers_in_footers(docx_file: Any) -> float:
     return 1.0
 
 
-@metric("check_highlighted_words")
+@metric("check_highlighted_words", files=2)
 def check_highlighted_words(file_path1: Any, file_path2: Any) -> float:
     """WAA `check_highlighted_words` (docs.py), for .odt files: 1 iff compare_docx_files
     passes and no text:span of the first file names (text:style-name) an automatic style with
@@ -521,7 +521,7 @@ def check_highlighted_words(file_path1: Any, file_path2: Any) -> float:
     return 1.0
 
 
-@metric("compare_pdfs")
+@metric("compare_pdfs", files=2)
 def compare_pdfs(pdf1_path: Any, pdf2_path: Any) -> float:
     """WAA `compare_pdfs` (chrome.py): mean over path pairs of rapidfuzz `fuzz.ratio` / 100
     between the PDFs' texts (PyMuPDF `page.get_text()` of every page, concatenated, stripped):

@@ -95,7 +95,7 @@ def structural_similarity(first: Any, second: Any) -> Any:
     return index[inner].mean(dtype=np.float64)
 
 
-@metric("compare_images")
+@metric("compare_images", files=2)
 def compare_images(image1_path: Any, image2_path: Any) -> Any:
     """WAA `compare_images` (vlc.py): SSIM of the two images in greyscale, in [-1, 1] (1.0 for
     identical pictures); 0 (the int) when either path is empty/None.
@@ -229,7 +229,7 @@ def normalize_rows(features: Any) -> Any:
     return result
 
 
-@metric("compare_audios")
+@metric("compare_audios", files=2)
 def compare_audios(audio_path_1: Any, audio_path_2: Any) -> float:
     """WAA `compare_audios` (vlc.py): 1 / (1 + D), D the fastdtw distance (radius 1, cosine
     distance per frame) between the two files' row-normalised MFCC sequences; 1.0 for the same
@@ -260,7 +260,7 @@ def perceptual_hash(image: Any) -> Any:
     return coefficients > np.median(coefficients)
 
 
-@metric("compare_videos")
+@metric("compare_videos", files=2)
 def compare_videos(video_path1: Any, video_path2: Any, max_frames_to_check: int = 100, threshold: int = 5) -> bool:
     """WAA `compare_videos` (vlc.py): reads both videos frame by frame (OpenCV) for at most
     `max_frames_to_check` frames; a frame pair "mismatches" when their perceptual hashes differ in

@@ -41,7 +41,7 @@ def _load_json_list(path: Any, skip_first_line: bool) -> Any:
         return None
 
 
-@metric("check_json_keybindings")
+@metric("check_json_keybindings", files=1)
 def check_json_keybindings(actual: Any, expected: Any, **options: Any) -> float:
     """WAA `check_json_keybindings` (vscode.py): 1.0 iff `expected["expected"]` (one keybinding
     object) equals an entry of the JSON list in `actual`.
@@ -74,7 +74,7 @@ def pdf_texts_similar(first: bytes, second: bytes, threshold: float) -> bool:
     return SequenceMatcher(None, _pdf_text(first), _pdf_text(second)).ratio() >= threshold
 
 
-@metric("compare_zip_files")
+@metric("compare_zip_files", files=2)
 def compare_zip_files(actual: Any, expected: Any, **options: Any) -> float:
     """WAA `compare_zip_files` (vscode.py): 1.0 iff both zip archives list the same member names
     and every member has the same bytes, except .pdf members (any case), which only need texts
@@ -127,7 +127,7 @@ def _setting_check(path: Any, rule: Any, rule_key: str, needle: str, default: st
     return 1 if _last_value(text, needle, default) == wanted else 0
 
 
-@metric("is_vlc_recordings_folder")
+@metric("is_vlc_recordings_folder", files=1)
 def is_vlc_recordings_folder(actual_config_path: Any, rule: Any) -> int:
     """WAA `is_vlc_recordings_folder`: 1 iff the first non-comment, non-blank line mentioning
     input-record-path has the value `rule["recording_file_path"]` (exact string); 0 when it
@@ -142,34 +142,34 @@ def is_vlc_recordings_folder(actual_config_path: Any, rule: Any) -> int:
     return 0
 
 
-@metric("check_qt_bgcone")
+@metric("check_qt_bgcone", files=1)
 def check_qt_bgcone(actual_config_path: Any, rule: Any) -> int:
     """WAA `check_qt_bgcone`: 1 iff qt-bgcone (default "1") equals `rule["expected_qt_bgcone"]`."""
     return _setting_check(actual_config_path, rule, "expected_qt_bgcone", "qt-bgcone=", "1")
 
 
-@metric("check_qt_max_volume")
+@metric("check_qt_max_volume", files=1)
 def check_qt_max_volume(actual_config_path: Any, rule: Any) -> int:
     """WAA `check_qt_max_volume`: 1 iff qt-max-volume (default "125") equals
     `rule["expected_qt_max_volume"]`."""
     return _setting_check(actual_config_path, rule, "expected_qt_max_volume", "qt-max-volume=", "125")
 
 
-@metric("check_qt_minimal_view")
+@metric("check_qt_minimal_view", files=1)
 def check_qt_minimal_view(actual_config_path: Any, rule: Any) -> int:
     """WAA `check_qt_minimal_view`: 1 iff qt-minimal-view (default "0") equals
     `rule["expected_qt_minimal_view"]`."""
     return _setting_check(actual_config_path, rule, "expected_qt_minimal_view", "qt-minimal-view=", "0")
 
 
-@metric("check_qt_video_resize")
+@metric("check_qt_video_resize", files=1)
 def check_qt_video_resize(actual_config_path: Any, rule: Any) -> int:
     """WAA `check_qt_video_resize`: 1 iff qt-video-autoresize (default "0") equals
     `rule["qt-video-autoresize"]` (WAA's rule key is the setting's own name)."""
     return _setting_check(actual_config_path, rule, "qt-video-autoresize", "qt-video-autoresize=", "0")
 
 
-@metric("check_one_instance_when_started_from_file")
+@metric("check_one_instance_when_started_from_file", files=1)
 def check_one_instance_when_started_from_file(actual_config_path: Any, rule: Any) -> int:
     """WAA `check_one_instance_when_started_from_file`: 1 iff one-instance-when-started-from-file
     (default "1") equals `rule["expected_one_instance_when_started_from_file"]`."""
@@ -182,7 +182,7 @@ def check_one_instance_when_started_from_file(actual_config_path: Any, rule: Any
     )
 
 
-@metric("check_global_key_play_pause")
+@metric("check_global_key_play_pause", files=1)
 def check_global_key_play_pause(actual_config_path: Any, rule: Any) -> int:
     """WAA `check_global_key_play_pause`: the global play/pause hotkey counts as "1" when the last
     line containing global-key-play-pause= has a non-empty value and "0" otherwise (also when no
@@ -200,7 +200,7 @@ def check_global_key_play_pause(actual_config_path: Any, rule: Any) -> int:
 DEFAULT_SLIDER_COLOURS = "153;210;153;20;210;20;255;199;15;245;39;29"
 
 
-@metric("check_qt_slider_colours")
+@metric("check_qt_slider_colours", files=1)
 def check_qt_slider_colours(actual_config_path: Any, rule: Any) -> int | None:
     """WAA `check_qt_slider_colours`: the value of the last line containing qt-slider-colours
     (VLC's default when none) is checked by `rule["type"]`:

@@ -907,7 +907,7 @@ _RULES = {
 assert set(_RULES) == SUPPORTED_RULE_TYPES
 
 
-@metric("compare_table")
+@metric("compare_table", files=2)
 def compare_table(result: Any, expected: Any = None, **options: Any) -> float:
     """WAA `compare_table` (metrics/table.py): 1.0 iff every rule of `options["rules"]` holds,
     checked in order and stopping at the first that fails.
@@ -958,7 +958,7 @@ def compare_table(result: Any, expected: Any = None, **options: Any) -> float:
                 pass
 
 
-@metric("compare_csv")
+@metric("compare_csv", files=2)
 def compare_csv(result: Any, expected: Any, **options: Any) -> float:
     """WAA `compare_csv` (metrics/table.py): 1.0 iff the two text files have the same lines
     (universal newlines); `strict` False (default True) strips each line, `ignore_case` lowers
@@ -976,7 +976,7 @@ def compare_csv(result: Any, expected: Any, **options: Any) -> float:
     return 1.0 if ours == gold else 0.0
 
 
-@metric("compare_conference_city_in_order")
+@metric("compare_conference_city_in_order", files=1)
 def compare_conference_city_in_order(actual_city_list_path: Any, expected_city: Any) -> float:
     """WAA `compare_conference_city_in_order` (metrics/table.py): cells C2:C22 of the active
     sheet, in order, must each contain the expected string (or one of the expected strings when

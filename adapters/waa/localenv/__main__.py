@@ -8,7 +8,8 @@ SIGTERM and SIGINT stop the server cleanly.
 
 ``--quirks`` turns on quirks mode (see :mod:`.quirks`), tuned by ``--ready-delay``,
 ``--accessibility-delay``, ``--launch-delay``, ``--failsafe/--no-failsafe``,
-``--action-fault-rate`` and ``--fault-seed``. Injected faults (:mod:`.faults`, ``POST
+``--action-fault-rate``, ``--fault-seed``, ``--repaint-delay`` and
+``--strict-activation-fails/--no-strict-activation-fails``. Injected faults (:mod:`.faults`, ``POST
 /sim/faults``) are applied here, before the request reaches the app, because only this server
 can drop a connection without an answer. While the
 readiness delay runs, the HTTP server resets (TCP RST, no answer) every connection whose request
@@ -56,6 +57,9 @@ def _gated_handler(env: SimEnvironment) -> type[WSGIRequestHandler]:
                 if fault.drop:
                     self._reset()
                     return
+                if fault.returncode is not None:
+                    self._answer_json(200, fault.execute_answer(path))
+                    return
                 if fault.status != 200:
                     self._answer_error(fault.status, fault.body_message(path))
                     return
@@ -72,7 +76,10 @@ def _gated_handler(env: SimEnvironment) -> type[WSGIRequestHandler]:
                 pass
 
         def _answer_error(self, status: int, message: str) -> None:
-            body = json.dumps({"status": "error", "message": message}).encode()
+            self._answer_json(status, {"status": "error", "message": message})
+
+        def _answer_json(self, status: int, answer: dict) -> None:
+            body = json.dumps(answer).encode()
             self.close_connection = True  # the request body was never read
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -132,10 +139,15 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--action-fault-rate", type=float,
                    help="share of /execute and /execute_windows requests that fail server-side (default 0)")
     q.add_argument("--fault-seed", type=int, help="seed of the fault draws (default 0)")
+    q.add_argument("--repaint-delay", type=float,
+                   help=f"seconds the screen and tree lag each action (slow repaint; default {d.repaint_delay})")
+    q.add_argument("--strict-activation-fails", action=argparse.BooleanOptionalAction, default=None,
+                   help="a strict /setup/activate_window of an existing window answers 500 (WAA's failed assert)")
     args = p.parse_args(argv)
     knobs = {"ready_delay": args.ready_delay, "accessibility_delay": args.accessibility_delay,
              "launch_delay": args.launch_delay, "failsafe": args.failsafe,
-             "action_fault_rate": args.action_fault_rate, "fault_seed": args.fault_seed}
+             "action_fault_rate": args.action_fault_rate, "fault_seed": args.fault_seed,
+             "repaint_delay": args.repaint_delay, "strict_activation_fails": args.strict_activation_fails}
     knobs = {k: v for k, v in knobs.items() if v is not None}
     if knobs and not args.quirks:
         print(f"quirk settings {sorted(knobs)} need --quirks", file=sys.stderr)

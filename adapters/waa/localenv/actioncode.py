@@ -21,6 +21,10 @@ through the clipboard: ``computer.clipboard.copy_text(text)`` (any Unicode; like
 also prints the text, so text containing "error" makes ``/execute_windows`` answer 500 after the
 copy) then ``computer.clipboard.paste()`` or ``pyautogui.hotkey('ctrl', 'v')`` (Ctrl+V).
 ``time.sleep`` is capped at 5 s per call.
+Typing time is modelled, not spent: ``write``/``typewrite`` costs its ``interval`` per character
+typed, and a ``Runner`` given a ``time_limit`` (``/execute``: WAA's 120 s subprocess timeout)
+raises :class:`CommandTimedOut` once the modelled time passes it, after typing the characters
+that fit, as the real subprocess is killed mid-text.
 Fail-safe, as pyautogui does it: every pyautogui call first checks the pointer and raises
 ``pyautogui.FailSafeException`` (message :data:`FAILSAFE_MESSAGE`) when it is in a screen corner;
 a move that itself ends in a corner does not raise (pyautogui skips the check for planned corner
@@ -73,6 +77,10 @@ class ActionError(Exception):
             f'  File "<string>", line {self.lineno}, in <module>\n'
             f"{self.exc_type}: {self.message}\n"
         )
+
+
+class CommandTimedOut(Exception):
+    """The program ran past the runner's time limit (WAA's /execute kills it at 120 s)."""
 
 
 def _rejected(what: str, lineno: int) -> ActionError:
@@ -243,12 +251,20 @@ class Runner:
     """Applies parsed steps to the desktop."""
 
     def __init__(self, desk: Desktop, *, failsafe: bool, computer: ComputerState | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, time_limit: float | None = None) -> None:
         self.desk = desk
         self.failsafe = failsafe
         self.computer = computer
         self.sleep = sleep
         self.stdout: list[str] = []
+        self.time_limit = time_limit
+        self.elapsed = 0.0  # modelled seconds the program has taken (typing intervals, sleeps)
+
+    def _spend(self, seconds: float) -> None:
+        """Count modelled time; past the time limit the program is killed (CommandTimedOut)."""
+        self.elapsed += max(0.0, seconds)
+        if self.time_limit is not None and self.elapsed > self.time_limit:
+            raise CommandTimedOut(f"ran past {self.time_limit:g} s")
 
     # -- pointer ---------------------------------------------------------------------------
     def _corner(self) -> bool:
@@ -309,11 +325,13 @@ class Runner:
             key = "backspace"
         self.desk.press(key, mods)
 
-    def _write(self, message: Any, ln: int) -> None:
+    def _write(self, message: Any, ln: int, interval: Any = 0.0) -> None:
+        pause = float(interval) if isinstance(interval, (int, float)) and not isinstance(interval, bool) else 0.0
         if isinstance(message, str):
             for ch in message:
                 if ch in TYPABLE:
                     self._press(ch)
+                    self._spend(pause)
         elif isinstance(message, (list, tuple)):
             for k in message:
                 ok = self._key_ok(k, ln)
@@ -350,6 +368,7 @@ class Runner:
             if secs < 0:
                 raise ActionError("ValueError", "sleep length must be non-negative", ln)
             self.sleep(min(float(secs), MAX_SLEEP))
+            self._spend(float(secs))
             return
         if t.startswith("computer."):
             self._computer(t[9:], a, ln)
@@ -390,7 +409,7 @@ class Runner:
             if fn == "mouseUp":
                 d.click(*d.mouse, button=self._button(a["button"], ln))
         elif fn in ("typewrite", "write"):
-            self._write(a["message"], ln)
+            self._write(a["message"], ln, a["interval"])
         elif fn == "press":
             keys = a["keys"] if isinstance(a["keys"], (list, tuple)) else [a["keys"]]
             presses = a["presses"] if isinstance(a["presses"], int) else 1

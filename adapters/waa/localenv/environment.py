@@ -1,7 +1,14 @@
 """The whole simulated machine: disk, desktop, ``computer`` state and named snapshots.
 
 One lock guards every change, because the HTTP server is threaded. Quirks mode
-(:mod:`.quirks`) adds a readiness clock, delayed app launches and the server-process fail-safe.
+(:mod:`.quirks`) adds a readiness clock, delayed app launches, the server-process fail-safe, slow
+repaints and failing strict activations.
+
+``/execute`` keeps two limits of the real server on Windows, always: a command line longer than
+Windows' 32,766 characters fails to start (500 ``[WinError 206] The filename or extension is too
+long``), and a program that runs past WAA's 120 s subprocess timeout is killed (500 ``Command
+'...' timed out after 120 seconds``); the text typed before that stays typed. Typing time is
+modelled (``interval`` per character), not spent, so the answer comes at once.
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ import copy
 import logging
 import re
 import shlex
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -27,6 +35,20 @@ log = logging.getLogger(__name__)
 _GET_REG = re.compile(r"^Get-ItemPropertyValue -Path '([^'\r\n]+)' -Name '([^'\r\n]+)'$")
 _SET_REG = re.compile(r"^Set-ItemProperty -Path '([^'\r\n]+)' -Name '([^'\r\n]+)' -Value '([^'\r\n]*)'$")
 _PYTHONS = {"python", "python.exe", "python3", "python3.exe", "py", "py.exe", "pythonw", "pythonw.exe"}
+# Windows' CreateProcess refuses a longer command line; WAA's /execute kills its subprocess after.
+COMMAND_LINE_LIMIT = 32766
+EXECUTE_TIMEOUT_SECONDS = 120.0
+
+
+class CommandLineTooLong(OSError):
+    """What subprocess.run raises on Windows for a command line over COMMAND_LINE_LIMIT."""
+
+    def __init__(self) -> None:
+        super().__init__("[WinError 206] The filename or extension is too long")
+
+
+class ExecuteTimedOut(RuntimeError):
+    """subprocess.TimeoutExpired as WAA's /execute reports it (its str() is the message)."""
 
 
 class SimEnvironment:
@@ -51,6 +73,30 @@ class SimEnvironment:
         self.sleep = sleep
         # Injected server faults (POST /sim/faults; quirks mode's action_fault_rate).
         self.faults = FaultInjector.for_action_rate(self.quirks.action_fault_rate, self.quirks.fault_seed)
+        # Slow repaint (quirks mode's repaint_delay): what the screen still shows, until when.
+        self._painted: Desktop | None = None
+        self._repaint_at = 0.0
+
+    # -- slow repaint (quirks mode) ---------------------------------------------------------
+    def shown_desk(self) -> Desktop:
+        """The desktop as the screen and the accessibility tree show it (call with the lock
+        held): with a repaint pending, the desktop from before the actions since the last repaint."""
+        if self._painted is not None and time.monotonic() < self._repaint_at:
+            return self._painted
+        self._painted = None
+        return self.desk
+
+    def _before_action(self) -> None:
+        """Keep what the screen shows now, when actions repaint late (lock held)."""
+        if self.quirks.repaint_delay > 0 and self._painted is None:
+            view = Desktop(self.fs, self.desk.width, self.desk.height)
+            view.restore(self.desk.capture())
+            self._painted = view
+
+    def _after_action(self) -> None:
+        """The screen catches up repaint_delay seconds after the last action (lock held)."""
+        if self.quirks.repaint_delay > 0:
+            self._repaint_at = time.monotonic() + self.quirks.repaint_delay
 
     def restart_server(self) -> None:
         """The WAA server process restarted while the VM kept running (its watchdog, a crash).
@@ -114,11 +160,17 @@ class SimEnvironment:
             self.computer = copy.deepcopy(snap[2])
             self.server_failsafe = self.quirks.failsafe
             self._launch_generation += 1
+            self._painted = None
             return True
 
     # -- /execute --------------------------------------------------------------------------
     def execute(self, command: Any, shell: bool) -> dict[str, Any]:
-        """What ``subprocess.run`` would report for the command, as the /execute JSON body."""
+        """What ``subprocess.run`` would report for the command, as the /execute JSON body.
+        Raises (the route answers 500) where subprocess.run raises on Windows: a command line
+        over COMMAND_LINE_LIMIT, a program past EXECUTE_TIMEOUT_SECONDS."""
+        line = subprocess.list2cmdline([str(c) for c in command]) if isinstance(command, list) else str(command)
+        if len(line) > COMMAND_LINE_LIMIT:
+            raise CommandLineTooLong()
         if isinstance(command, str) and not shell:
             argv = shlex.split(command)
         elif isinstance(command, list):
@@ -141,7 +193,7 @@ class SimEnvironment:
             with self.lock:
                 return self._result(output=tasklist_csv(self.desk))
         if prog in _PYTHONS and len(argv) == 3 and argv[1] == "-c":
-            return self._python(argv[2])
+            return self._python(argv[2], argv)
         if prog in ("powershell", "powershell.exe") and len(argv) == 3 and argv[1].lower() == "-command":
             return self._powershell(argv[2])
         return self._unavailable(argv[0])
@@ -154,17 +206,24 @@ class SimEnvironment:
         return self._result(error=f"'{prog}' is not available in the WAA simulation "
                                   "(only pyautogui action code and registry queries are)\n", returncode=1)
 
-    def _python(self, source: str) -> dict[str, Any]:
+    def _python(self, source: str, argv: list[str]) -> dict[str, Any]:
         try:
             ops = actioncode.parse(source, dialect="python")
         except actioncode.ActionError as exc:
             return self._result(error=exc.traceback_text(), returncode=1)
-        runner = actioncode.Runner(self.desk, failsafe=True, sleep=self._sleep_unlocked)
+        runner = actioncode.Runner(self.desk, failsafe=True, sleep=self._sleep_unlocked,
+                                   time_limit=EXECUTE_TIMEOUT_SECONDS)
         try:
             with self.lock:
-                runner.run(ops)
+                self._before_action()
+                try:
+                    runner.run(ops)
+                finally:
+                    self._after_action()
         except actioncode.ActionError as exc:
             return self._result(output="".join(runner.stdout), error=exc.traceback_text(), returncode=1)
+        except actioncode.CommandTimedOut:
+            raise ExecuteTimedOut(f"Command '{argv}' timed out after {EXECUTE_TIMEOUT_SECONDS:g} seconds") from None
         return self._result(output="".join(runner.stdout))
 
     def _powershell(self, script: str) -> dict[str, Any]:
@@ -212,10 +271,12 @@ class SimEnvironment:
         with self.lock:
             runner = actioncode.Runner(self.desk, failsafe=self.server_failsafe, computer=self.computer,
                                        sleep=self._sleep_unlocked)
+            self._before_action()
             try:
                 runner.run(ops)
             finally:
                 self.server_failsafe = runner.failsafe  # module state of the long-running server
+                self._after_action()
         return "".join(runner.stdout)
 
 

@@ -8,8 +8,12 @@ connections or answers late. Tests switch these on with ``POST /sim/faults``; qu
 A fault that fires replaces the request: the route's effect never happens (an action the server
 failed never reached the screen). It first sleeps ``delay`` seconds (no lock held), then either
 drops the connection (``drop``), serves the request normally (``status`` 200: a pure slowdown, as
-a hanging ``/accessibility``), or answers ``status`` with the real server's error body
-``{"status": "error", "message": ...}``.
+a hanging ``/accessibility``), answers ``status`` with the real server's error body
+``{"status": "error", "message": ...}``, or, with ``returncode`` (``/execute`` only), answers 200
+as ``/execute`` does for a command that ran and failed: ``{"status": "success", "output": "",
+"error": <a Python traceback ending in message>, "returncode": ...}``. The default message is
+pyautogui's ``OSError: [WinError 5] Access is denied``, what its input calls raise on Windows
+while UAC's secure desktop or a locked session holds the input.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ ALL_ROUTES = "*"
 # subprocess.TimeoutExpired's own words, as WAA's /execute reports them.
 EXECUTE_TIMEOUT_MESSAGE = "Command '{command}' timed out after 120 seconds"
 INTERNAL_ERROR_MESSAGE = "Internal server error (injected by the WAA simulation)"
+# What pyautogui's input calls raise on Windows when the input desktop is not the user's.
+OS_ERROR_MESSAGE = "OSError: [WinError 5] Access is denied"
 _EXECUTE_ROUTES = ("/execute", "/setup/execute")
 
 
@@ -41,6 +47,7 @@ class Fault:
     rate: float | None = None  # None = every matching request
     delay: float = 0.0
     drop: bool = False
+    returncode: int | None = None  # /execute: answer 200 with this returncode (a command that failed)
     hits: int = 0
 
     @classmethod
@@ -48,7 +55,7 @@ class Fault:
         """A fault from its JSON description; FaultSpecError names the bad field."""
         if not isinstance(data, dict):
             raise FaultSpecError(f"faults[{index}] must be an object")
-        unknown = sorted(set(data) - {"route", "status", "message", "count", "rate", "delay", "drop"})
+        unknown = sorted(set(data) - {"route", "status", "message", "count", "rate", "delay", "drop", "returncode"})
         if unknown:
             raise FaultSpecError(f"faults[{index}] has unknown field(s) {unknown}")
         route = data.get("route")
@@ -72,7 +79,17 @@ class Fault:
         drop = data.get("drop", False)
         if not isinstance(drop, bool):
             raise FaultSpecError(f"faults[{index}].drop must be a boolean")
-        return cls(route, status, message, count, None if rate is None else float(rate), float(delay), drop)
+        returncode = data.get("returncode")
+        if returncode is not None:
+            if isinstance(returncode, bool) or not isinstance(returncode, int) or returncode == 0:
+                raise FaultSpecError(f"faults[{index}].returncode must be a non-zero integer")
+            if route not in _EXECUTE_ROUTES or data.get("status", 200) != 200 or drop:
+                raise FaultSpecError(
+                    f"faults[{index}].returncode needs route /execute or /setup/execute, status 200 and no drop"
+                )
+            status = 200
+        return cls(route, status, message, count, None if rate is None else float(rate), float(delay), drop,
+                   returncode)
 
     def remaining(self) -> int | None:
         return None if self.count is None else max(0, self.count - self.hits)
@@ -85,10 +102,16 @@ class Fault:
             return EXECUTE_TIMEOUT_MESSAGE.format(command="python -c ...")
         return INTERNAL_ERROR_MESSAGE
 
+    def execute_answer(self, path: str) -> dict[str, Any]:
+        """The 200 answer of /execute for a command that ran and failed (``returncode`` faults)."""
+        last = self.message if self.message is not None else OS_ERROR_MESSAGE
+        trace = f'Traceback (most recent call last):\n  File "<string>", line 1, in <module>\n{last}\n'
+        return {"status": "success", "output": "", "error": trace, "returncode": self.returncode}
+
     def to_dict(self) -> dict[str, Any]:
         return {"route": self.route, "status": self.status, "message": self.message, "count": self.count,
-                "rate": self.rate, "delay": self.delay, "drop": self.drop, "hits": self.hits,
-                "remaining": self.remaining()}
+                "rate": self.rate, "delay": self.delay, "drop": self.drop, "returncode": self.returncode,
+                "hits": self.hits, "remaining": self.remaining()}
 
 
 class FaultInjector:

@@ -97,8 +97,11 @@ def start_local_env(root: Path, *, width: int = 1280, height: int = 800, startup
            "--port-file", str(port_file), "--width", str(width), "--height", str(height), "--exit-with-parent"]
     if settings is not None:
         cmd += settings.cli_args()
+    # A session of its own: the terminal's Ctrl-C goes to `arena run`, which lets the running
+    # attempts finish within its grace period and then stops this process itself; reaching
+    # the simulation directly, it would cut those attempts short as infrastructure errors.
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                            cwd=str(_REPO_ROOT))
+                            cwd=str(_REPO_ROOT), start_new_session=True)
     log.close()
     deadline = time.monotonic() + startup_timeout
 

@@ -20,8 +20,16 @@ booted VM whose WAA server is slow, so the project's client and adapter are test
   and ``/execute_windows`` requests fails server-side with 500 (WAA's own "timed out after 120
   seconds" for ``/execute``), the action not applied; drawn from a generator seeded with
   ``fault_seed``, so a run is repeatable. Same mechanism as ``POST /sim/faults`` (:mod:`.faults`).
+* ``repaint_delay`` (default 0.0): slow repaint. After an action (``/execute`` action code,
+  ``/execute_windows``) the screen and the accessibility tree (``/screenshot``,
+  ``/accessibility``, ``/obs_winagent``) keep showing the desktop as it was before the action
+  until this many seconds after the last action, as an application on a loaded VM without a GPU
+  repaints late; the action itself has happened (files, later actions and evaluation see it).
+* ``strict_activation_fails`` (default False): a strict ``/setup/activate_window`` of a window that
+  exists does not bring it to the front and answers 500 with an empty message, as WAA's handler
+  does when its ``assert window.isActive`` fails (Windows' foreground lock refused the switch).
 
-Without quirks mode all delays are 0 and the server-process fail-safe is off.
+Without quirks mode all delays are 0, the server-process fail-safe is off and activation works.
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ class QuirkSettings:
     failsafe: bool = True
     action_fault_rate: float = 0.0
     fault_seed: int = 0
+    repaint_delay: float = 0.0
+    strict_activation_fails: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> "QuirkSettings":
@@ -50,9 +60,9 @@ class QuirkSettings:
         if unknown:
             raise ValueError(f"unknown quirk setting(s) {unknown}; known: {sorted(known)}")
         for name, value in data.items():
-            if name == "failsafe":
+            if name in ("failsafe", "strict_activation_fails"):
                 if not isinstance(value, bool):
-                    raise ValueError(f"quirk setting failsafe must be a bool, not {value!r}")
+                    raise ValueError(f"quirk setting {name} must be a bool, not {value!r}")
             elif name == "fault_seed":
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise ValueError(f"quirk setting fault_seed must be an integer, not {value!r}")
@@ -81,4 +91,6 @@ class QuirkSettings:
         return ["--quirks", "--ready-delay", repr(self.ready_delay), "--accessibility-delay",
                 repr(self.accessibility_delay), "--launch-delay", repr(self.launch_delay),
                 "--failsafe" if self.failsafe else "--no-failsafe",
-                "--action-fault-rate", repr(self.action_fault_rate), "--fault-seed", str(self.fault_seed)]
+                "--action-fault-rate", repr(self.action_fault_rate), "--fault-seed", str(self.fault_seed),
+                "--repaint-delay", repr(self.repaint_delay),
+                "--strict-activation-fails" if self.strict_activation_fails else "--no-strict-activation-fails"]

@@ -25,7 +25,11 @@ browser, so ``/json``, ``/json/list``, ``/json/version``, ``/json/protocol``, ``
 ``/sim/info`` says ``"devtools": false``.
 
 Quirks mode (:mod:`.quirks`) adds the real server's slowness: readiness delay, slow
-``/accessibility``, delayed ``/setup/launch`` windows and the fail-safe in ``/execute_windows``.
+``/accessibility``, delayed ``/setup/launch`` windows, the fail-safe in ``/execute_windows``, a
+screen and tree that repaint late after actions, and strict activations that fail.
+
+``/execute`` refuses a command line over Windows' 32,766 characters and stops a program past its
+120 s timeout, as the real server does on Windows (:mod:`.environment`).
 """
 
 from __future__ import annotations
@@ -86,7 +90,7 @@ def create_app(env: SimEnvironment) -> Flask:
     @app.route("/screenshot", methods=["GET"])
     def screenshot():
         with lock:
-            img = render(env.desk)
+            img = render(env.shown_desk())
         return Response(png_bytes(img), mimetype="image/png")
 
     @app.route("/accessibility", methods=["GET"])
@@ -99,13 +103,13 @@ def create_app(env: SimEnvironment) -> Flask:
         if env.quirks.accessibility_delay > 0:
             time.sleep(env.quirks.accessibility_delay)  # the real tree walk is slow; lock not held
         with lock:
-            xml = build_xml(env.desk, backend)
+            xml = build_xml(env.shown_desk(), backend)
         return jsonify({"AT": xml})
 
     @app.route("/obs_winagent", methods=["GET"])
     def obs_winagent():
         with lock:
-            desk = env.desk
+            desk = env.shown_desk()
             img = render(desk)
             win = desk.focused_window()
             if win is None:
@@ -312,6 +316,11 @@ def create_app(env: SimEnvironment) -> Flask:
             if not wins:
                 return f"Window {name} not found (empty results)", 404
             if data.get("strict", False):
+                if env.quirks.strict_activation_fails:
+                    # The real handler minimises and restores the window, then `assert window.isActive`
+                    # fails (Windows' foreground lock): a 500 with an empty message.
+                    wins[0].minimized = False
+                    raise AssertionError()
                 env.desk.activate(wins[0])  # non-strict only checks existence, as in the real server
         return "Window activated successfully", 200
 

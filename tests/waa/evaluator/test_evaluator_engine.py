@@ -43,12 +43,13 @@ def test_type_mismatch_is_a_zero(evaluate):
 
 def test_options_are_passed_as_keyword_arguments(evaluate, vm, tmp_path):
     vm.files[DOCS + r"\a.txt"] = b"HELLO"
-    gold = tmp_path / "gold.txt"
+    gold = tmp_path / "cache" / "gold.txt"  # cache_file names a file in the task's cache dir
+    gold.parent.mkdir()
     gold.write_text("hello")
     spec = {
         "func": "compare_text_file",
         "result": {"type": "vm_file", "path": DOCS + r"\a.txt", "dest": "a.txt"},
-        "expected": {"type": "cache_file", "path": str(gold)},
+        "expected": {"type": "cache_file", "path": "gold.txt"},
     }
     assert evaluate(spec).score == 0.0
     assert evaluate({**spec, "options": {"ignore_case": True}}).score == 1.0
@@ -72,12 +73,13 @@ def test_metric_without_expected_gets_result_and_options(evaluate):
 
 
 def test_vm_file_absent_is_a_legitimate_zero_with_reason(evaluate, vm, tmp_path):
-    gold = tmp_path / "gold.txt"
+    gold = tmp_path / "cache" / "gold.txt"
+    gold.parent.mkdir()
     gold.write_text("x")
     spec = {
         "func": "compare_text_file",
         "result": {"type": "vm_file", "path": DOCS + r"\missing.txt", "dest": "m.txt"},
-        "expected": {"type": "cache_file", "path": str(gold)},
+        "expected": {"type": "cache_file", "path": "gold.txt"},
     }
     out = evaluate(spec)
     assert (out.score, out.kind) == (0.0, "scored")
@@ -146,9 +148,15 @@ def test_connection_error_is_infrastructure_never_a_zero(evaluate, vm):
 
 def test_http_error_on_file_read_is_absent_like_waa(evaluate, vm):
     vm.http_errors["C:\\dir"] = 500
-    out = evaluate(exact({"type": "vm_file", "path": "C:\\dir", "dest": "d"}, None))
+    spec = exact({"type": "vm_file", "path": "C:\\dir", "dest": "d"}, None)
+    out = evaluate(spec, scoring="waa-compat")
     assert (out.score, out.kind) == (1.0, "scored")  # vm_file gave None, as WAA's controller does
-    assert "HTTP 500" in out.reason
+    # The default never scores a getter call the server failed (adapters/outcomes.py R9).
+    out = evaluate(spec)
+    assert out.kind == "infrastructure_error" and "the server failed /file: HTTP 500: boom" in out.reason
+    # A 4xx is the server's answer, not its failure: WAA's semantics under both.
+    vm.http_errors["C:\\dir"] = 400
+    assert (evaluate(spec).score, evaluate(spec).kind) == (1.0, "scored")
 
 
 # -- postconfig, infeasible, FAIL ------------------------------------------------------------------
@@ -241,7 +249,8 @@ def test_or_is_max_and_stops_at_first_one(evaluate):
 
 def test_multi_null_expected_and_options(evaluate, vm, tmp_path):
     vm.files[DOCS + r"\draft.txt"] = b"abc"
-    gold = tmp_path / "gold.txt"
+    gold = tmp_path / "cache" / "gold.txt"
+    gold.parent.mkdir()
     gold.write_text("ABC")
     spec = {
         "func": ["exact_match", "compare_text_file"],
@@ -249,7 +258,7 @@ def test_multi_null_expected_and_options(evaluate, vm, tmp_path):
             {"type": "vm_file_exists_in_vm_folder", "folder_name": DOCS, "file_name": "draft.txt"},
             {"type": "vm_file", "path": DOCS + r"\draft.txt", "dest": "draft.txt"},
         ],
-        "expected": [rule(1.0), {"type": "cache_file", "path": str(gold)}],
+        "expected": [rule(1.0), {"type": "cache_file", "path": "gold.txt"}],
         "options": [None, {"ignore_case": True}],
     }
     out = evaluate(spec)

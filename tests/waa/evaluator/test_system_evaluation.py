@@ -192,8 +192,9 @@ def test_clock_checks_answer_strings(run, svm, ctx, result, route_args):
     assert run(spec).score == 1.0
     assert run(exact(result, True)).score == 0.0  # the string "True" is not the bool True
     svm.route_status[route_args[0]] = 500
-    outcome = run(spec)
+    outcome = run(spec, scoring="waa-compat")
     assert (outcome.kind, outcome.score) == ("scored", 0.0) and "WAA treats this as False" in outcome.reason
+    assert run(spec).kind == "infrastructure_error"  # strict scoring (R9)
 
 
 def test_yes_no_route_unreachable_is_infrastructure(run, svm):
@@ -287,8 +288,11 @@ def test_is_file_saved_desktop_without_desktop_path(run, svm, monkeypatch):
         raise WAAHTTPError("/desktop_path", 500, "boom")
 
     monkeypatch.setattr(svm.base, "desktop_path", broken)
-    outcome = run(exact({"type": "is_file_saved_desktop", "filename": "a.txt", "textcontent": "x"}, "true"))
+    spec = exact({"type": "is_file_saved_desktop", "filename": "a.txt", "textcontent": "x"}, "true")
+    outcome = run(spec, scoring="waa-compat")  # WAA's own handling of the server's 500
     assert outcome.score == 0.0 and "TypeError" in outcome.reason
+    strict = run(spec)  # the default: a server failure during evaluation is never scored (R9)
+    assert strict.kind == "infrastructure_error" and "the server failed /desktop_path" in strict.reason
 
 
 def _tree(name: str, children: list[dict]) -> dict:
@@ -334,8 +338,9 @@ def test_is_file_hidden(run, svm):
     svm.python = lambda code: ok("garbage")
     assert run(spec).score == 0.0
     svm.execute_status = 500  # WAA: status 'error' -> "false", not an exception
-    outcome = run(spec)
+    outcome = run(spec, scoring="waa-compat")
     assert (outcome.kind, outcome.score) == ("scored", 0.0) and "without 'output'" in outcome.reason
+    assert run(spec).kind == "infrastructure_error"  # strict scoring (R9)
 
 
 def test_vm_active_window_title(run, svm):
@@ -346,8 +351,9 @@ def test_vm_active_window_title(run, svm):
     svm.python = lambda code: ok("Downloads\n")
     assert run(spec).score == 0.0
     svm.execute_status = 500
-    outcome = run(spec)
+    outcome = run(spec, scoring="waa-compat")
     assert outcome.score == 0.0 and "KeyError" in outcome.reason
+    assert run(spec).kind == "infrastructure_error"  # strict scoring (R9)
 
 
 class MiniFS:
@@ -429,8 +435,9 @@ def test_is_all_docx_in_archive(run, svm, ctx):
     assert run(spec).score == 0.0
     assert GETTERS["is_all_docx_in_archive"](ctx, {"folder_path": ""}) == "false"
     svm.execute_status = 500
-    outcome = run(spec)
+    outcome = run(spec, scoring="waa-compat")
     assert outcome.score == 0.0 and "KeyError" in outcome.reason
+    assert run(spec).kind == "infrastructure_error"  # strict scoring (R9)
 
 
 def _seven_zip(password: str | None, members: dict[str, bytes]) -> bytes:
@@ -579,7 +586,7 @@ def test_image_dimension_matches_input(run, svm, ctx):
     spec = exact({"type": "image_dimension_matches_input", "filepath": path, "width": "800", "height": "600"}, True)
     svm.files[path] = _png(Image.new("RGB", (800, 600), "white"))
     assert run(spec).score == 1.0
-    assert (ctx.cache_dir.parent / "cache0" / path).exists()  # WAA names the cache file after the whole path
+    assert (ctx.cache_dir.parent / "cache0" / "CanvasSize.png").exists()  # named after the path's last part
     svm.files[path] = _png(Image.new("RGB", (600, 800), "white"))
     assert run(spec).score == 0.0
     del svm.files[path]

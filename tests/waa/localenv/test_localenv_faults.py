@@ -34,7 +34,7 @@ def test_an_injected_500_replaces_the_request_and_counts_down(fresh: Client) -> 
     assert r.json() == {"status": "error", "message": "Command 'python -c ...' timed out after 120 seconds"}
     listed = fresh.get("/sim/faults").json()["faults"]
     assert listed == [{"route": "/execute", "status": 500, "message": None, "count": 1, "rate": None, "delay": 0.0,
-                       "drop": False, "hits": 1, "remaining": 0}]
+                       "drop": False, "returncode": None, "hits": 1, "remaining": 0}]
     assert fresh.post("/execute", json={"command": ["python", "-c", "import pyautogui"]}).status_code == 200
     assert fresh.get("/probe").status_code == 200  # other routes are untouched
     assert _faults(fresh).json() == {"faults": []}
@@ -143,3 +143,50 @@ def test_tasklist_follows_the_open_windows(fresh: Client) -> None:
     assert processes() == after
     shell = fresh.post("/execute", json={"command": "tasklist /fo csv /nh", "shell": True}).json()
     assert shell["returncode"] == 0 and "notepad.exe" in shell["output"]
+
+
+# -- Windows' limits on /execute, and a command that ran and failed ------------------------------
+
+
+def _editor_text(c: Client) -> str:
+    edit = [e for e in c.tree().iter() if e.get("name") == "Text Editor"]
+    assert edit
+    return edit[0].text or ""
+
+
+def test_a_returncode_fault_answers_200_with_the_os_error_and_does_nothing(fresh: Client) -> None:
+    fresh.post("/setup/launch", json={"command": "notepad"})
+    _faults(fresh, {"route": "/execute", "returncode": 1, "count": 1})
+    r = fresh.post("/execute", json={"command": ["python", "-c", "import pyautogui; pyautogui.write('x')"]})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["status"] == "success" and body["returncode"] == 1 and body["output"] == ""
+    assert body["error"].startswith("Traceback") and body["error"].strip().endswith("OSError: [WinError 5] Access is denied")
+    assert _editor_text(fresh) == ""  # the VM failed to carry it out
+    for bad in ({"route": "/screenshot", "returncode": 1}, {"route": "/execute", "returncode": 0},
+                {"route": "/execute", "returncode": 1, "status": 500}):
+        assert _faults(fresh, bad).status_code == 400, bad
+
+
+def test_a_command_line_over_windows_limit_fails_to_start(fresh: Client) -> None:
+    fresh.post("/setup/launch", json={"command": "notepad"})
+    long_text = "a" * 33_000
+    r = fresh.post("/execute", json={"command": ["python", "-c", f"import pyautogui; pyautogui.write({long_text!r})"]})
+    assert r.status_code == 500
+    assert r.json() == {"status": "error", "message": "[WinError 206] The filename or extension is too long"}
+    assert _editor_text(fresh) == ""
+    fits = "b" * 30_000  # under the limit (and typed without an interval: within the timeout)
+    assert fresh.post("/execute", json={"command": ["python", "-c", f"import pyautogui; pyautogui.write({fits!r})"]}).status_code == 200
+    assert _editor_text(fresh) == fits
+
+
+def test_typing_past_the_120_s_timeout_is_killed_mid_text(fresh: Client) -> None:
+    """pyautogui.write(..., interval=0.01) of 15,000 characters needs 150 s: WAA's /execute kills
+    the subprocess at 120 s, so 12,000 characters are typed and the answer is its timeout 500."""
+    fresh.post("/setup/launch", json={"command": "notepad"})
+    code = f"import pyautogui; pyautogui.write({'c' * 15_000!r}, interval=0.01)"
+    r = fresh.post("/execute", json={"command": ["python", "-c", code]})
+    assert r.status_code == 500
+    message = r.json()["message"]
+    assert message.startswith("Command '['python', '-c', ") and message.endswith("' timed out after 120 seconds")
+    assert _editor_text(fresh) == "c" * 12_000

@@ -61,7 +61,8 @@ def notepad_text(client: Client) -> str | None:
 # -- settings and /sim/info ----------------------------------------------------------------
 def test_quirk_settings_defaults_and_validation():
     assert QuirkSettings().to_dict() == {"ready_delay": 2.0, "accessibility_delay": 1.0, "launch_delay": 0.5,
-                                         "failsafe": True, "action_fault_rate": 0.0, "fault_seed": 0}
+                                         "failsafe": True, "action_fault_rate": 0.0, "fault_seed": 0,
+                                         "repaint_delay": 0.0, "strict_activation_fails": False}
     assert QuirkSettings.from_dict({"ready_delay": 0}).ready_delay == 0.0
     for bad in ({"bogus": 1}, {"ready_delay": -1}, {"launch_delay": "1"}, {"failsafe": 1}, {"accessibility_delay": True},
                 {"action_fault_rate": 1.5}, {"action_fault_rate": True}, {"fault_seed": 1.5}):
@@ -75,12 +76,14 @@ def test_sim_info_reports_quirks_and_devtools(client, qclient, quirk_sim):
     info = client.get("/sim/info").json()
     assert info["quirks"] is False and info["devtools"] is False and info["ready"] is True
     assert info["quirk_settings"] == {"ready_delay": 0.0, "accessibility_delay": 0.0, "launch_delay": 0.0,
-                                      "failsafe": False, "action_fault_rate": 0.0, "fault_seed": 0}
+                                      "failsafe": False, "action_fault_rate": 0.0, "fault_seed": 0,
+                                      "repaint_delay": 0.0, "strict_activation_fails": False}
     qinfo = qclient.get("/sim/info").json()
     assert set(qinfo) == {"simulation", "label", "width", "height", "snapshots", "devtools", "quirks",
                           "quirk_settings", "ready", "ready_in", "server_failsafe"}
     assert qinfo["quirks"] is True and qinfo["devtools"] is False and qinfo["ready"] is True
-    assert qinfo["quirk_settings"] == {**SETTINGS, "failsafe": True, "action_fault_rate": 0.0, "fault_seed": 0} \
+    assert qinfo["quirk_settings"] == {**SETTINGS, "failsafe": True, "action_fault_rate": 0.0, "fault_seed": 0,
+                                       "repaint_delay": 0.0, "strict_activation_fails": False} \
         == quirk_sim.quirks.to_dict()
     assert qinfo["server_failsafe"] is True
 
@@ -240,3 +243,42 @@ def test_copy_text_and_paste_are_verbatim(client, sim, text):
 def test_devtools_routes_refuse_with_501(client, method, route):
     r = getattr(client.s, method)(client.base + route, timeout=10)
     assert r.status_code == 501 and r.json() == DEVTOOLS_501
+
+
+# -- slow repaint and failing strict activation ----------------------------------------------------
+
+
+def test_slow_repaint_shows_the_old_screen_and_tree_until_the_delay_has_passed(tmp_path) -> None:
+    handle = start_local_env(tmp_path / "root", quirks=True, quirk_settings={
+        "ready_delay": 0, "accessibility_delay": 0, "launch_delay": 0, "repaint_delay": 0.6})
+    try:
+        c = Client(handle.base_url)
+        c.post("/setup/launch", json={"command": "notepad"})
+        time.sleep(0.7)  # (setup is not an action: shown at once)
+        before = c.get("/screenshot").content
+        assert c.pyautogui("pyautogui.write('late text')")["returncode"] == 0
+        acted = time.monotonic()
+        assert notepad_text(c) == "" and c.get("/screenshot").content == before  # not repainted yet
+        assert c.pyautogui("pyautogui.write('!')")["returncode"] == 0  # another action re-arms it
+        time.sleep(max(0.0, acted + 0.45 - time.monotonic()))
+        assert notepad_text(c) == ""
+        time.sleep(0.7)
+        assert notepad_text(c) == "late text!" and c.get("/screenshot").content != before
+        assert c.get("/sim/info").json()["quirk_settings"]["repaint_delay"] == 0.6
+    finally:
+        handle.stop()
+
+
+def test_a_failing_strict_activation_answers_500_with_no_message(tmp_path) -> None:
+    handle = start_local_env(tmp_path / "root", quirks=True, quirk_settings={
+        "ready_delay": 0, "accessibility_delay": 0, "launch_delay": 0, "strict_activation_fails": True})
+    try:
+        c = Client(handle.base_url)
+        c.post("/setup/launch", json={"command": "notepad"})
+        r = c.post("/setup/activate_window", json={"window_name": "Notepad", "strict": True})
+        assert (r.status_code, r.json()) == (500, {"status": "error", "message": ""})
+        # Non-strict only checks existence, and a window that is not there is still a 404.
+        assert c.post("/setup/activate_window", json={"window_name": "Notepad"}).status_code == 200
+        assert c.post("/setup/activate_window", json={"window_name": "Nowhere", "strict": True}).status_code == 404
+    finally:
+        handle.stop()

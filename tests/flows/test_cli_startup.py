@@ -1,0 +1,95 @@
+"""A fast `arena`: building the parser and parsing any command's options import no Prefect,
+pydantic or DuckDB, and the commands that run no flow never import Prefect.
+
+Each check runs in a fresh interpreter, as `arena` does, and looks at `sys.modules` afterwards.
+The start-up time itself is measured by bench/cli_startup.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Prints the modules loaded after `code` ran (SystemExit from --help included).
+_PROBE = """
+import json, sys
+try:
+    {code}
+except SystemExit:
+    pass
+print("\\nMODULES " + json.dumps(sorted(sys.modules)))
+"""
+
+
+def _modules_after(code: str, cwd: Path = ROOT) -> set[str]:
+    done = subprocess.run([sys.executable, "-c", _PROBE.format(code=code)], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    marker = done.stdout.rindex("MODULES ")
+    return set(json.loads(done.stdout[marker + len("MODULES "):]))
+
+
+def _top(modules: set[str]) -> set[str]:
+    return {name.split(".")[0] for name in modules}
+
+
+def test_arena_help_imports_no_heavy_package() -> None:
+    modules = _modules_after("from flows.cli import main; main(['--help'])")
+    assert not _top(modules) & {"prefect", "pydantic", "duckdb", "requests", "flask", "PIL"}, sorted(modules)
+    assert not {m for m in modules if m.startswith("adapters.") and m not in {
+        "adapters.secrets", "adapters.store_location", "adapters.vms", "adapters.vms.defaults"}}
+    assert len(modules) < 200, len(modules)  # was 1,467 with Prefect
+
+
+# Every leaf command, with the arguments it requires: parsing them loads no Prefect.
+COMMANDS = [
+    ["run"], ["localenv"], ["probe", "http://127.0.0.1:5000"], ["notify", "model-updated", "m"], ["status"],
+    ["janitor"], ["pool", "up", "--provider", "aws", "--name", "n", "--size", "1"],
+    ["pool", "status", "--provider", "aws", "--name", "n"], ["doctor", "--agent", "openai"], ["plan"],
+    ["report", "latest"], ["compare", "a", "b"], ["export", "r", "--out", "d"],
+    ["demos", "build", "--from-run", "r", "--out", "d"], ["sql", "SELECT 1"], ["store", "migrate", "f.duckdb"],
+    ["tasks", "list"], ["tasks", "coverage"], ["tasks", "lint", "d"], ["tasks", "new", "--list"],
+    ["image", "status", "n", "--provider", "aws"],
+]
+
+
+def test_every_command_is_covered() -> None:
+    from flows.cli import build_parser
+    from flows.cli.common import subcommands
+
+    def leaves(parser: object, path: list[str]) -> list[list[str]]:
+        nested = subcommands(parser)  # type: ignore[arg-type]
+        return [leaf for name, sub in nested.items() for leaf in leaves(sub, [*path, name])] if nested else [path]
+
+    covered = {tuple(c[:2]) if c[0] in {"notify", "pool", "demos", "store", "tasks", "image"} else (c[0],)
+               for c in COMMANDS}
+    assert {tuple(leaf) for leaf in leaves(build_parser(), [])} - covered <= {("pool", "down"), ("image", "build")}
+
+
+def test_parsing_any_command_imports_no_prefect() -> None:
+    code = "from flows.cli import build_parser\n    p = build_parser()\n" + "".join(
+        f"    p.parse_args({argv!r})\n" for argv in COMMANDS)
+    modules = _modules_after(code)
+    assert "prefect" not in _top(modules), sorted(m for m in modules if m.startswith("prefect"))[:5]
+
+
+@pytest.mark.parametrize("argv", [
+    ["tasks", "list"],
+    ["tasks", "coverage"],
+    ["plan", "--db", "none.duckdb"],
+    ["sql", "SELECT count(*) FROM runs", "--db", "r.duckdb"],
+    ["report", "latest", "--db", "r.duckdb"],
+])
+def test_commands_that_run_no_flow_never_import_prefect(argv: list[str], tmp_path: Path) -> None:
+    from adapters.store import ResultStore, RunInfo
+
+    with ResultStore(tmp_path / "r.duckdb") as store:
+        store.start_run(RunInfo(run_id="r1", agent="scripted", suite="x"))
+    modules = _modules_after(f"from flows.cli import main\n    assert main({argv!r}) == 0, 'exit status'", cwd=tmp_path)
+    assert "prefect" not in _top(modules)
