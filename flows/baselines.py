@@ -148,6 +148,8 @@ class Baseline(BaseModel):
     quirks: bool = False
     max_steps: int = Field(default=15, ge=1)
     max_attempts: int = Field(default=3, ge=1)
+    # Repeated trials: each task runs `trials` times per run (docs/statistics.md); 1..100.
+    trials: int = Field(default=1, ge=1, le=100)
     episode_timeout_seconds: float = Field(default=1200.0, gt=0)
     # The wait after each action ("adaptive" or fixed seconds; None: the provider's default). A
     # baseline pins it so a change of default does not move its numbers.
@@ -333,6 +335,7 @@ def baseline_config(baseline: Baseline, run_id: str | None = None, trigger: str 
         max_steps=baseline.max_steps,
         episode_timeout_seconds=baseline.episode_timeout_seconds,
         max_attempts=baseline.max_attempts,
+        trials=baseline.trials,
         settle=baseline.settle,
         db_path=baseline.db_path,
         **({"store_url": baseline.store_url} if baseline.store_url else {}),
