@@ -178,6 +178,9 @@ class RunComparison(BaseModel):
     # trials/paired.py), whose verdict is the comparison's; the table, flips and McNemar test above
     # then describe each run's first trial only. None for two single-trial runs.
     trials: TrialComparison | None = None
+    # The adaptive model-update design's decision (better / worse / equivalent / budget_exhausted),
+    # set by the model-update flow when the baseline asks for it (flows/baselines.py).
+    design_decision: str | None = None
 
     def warnings(self) -> list[str]:
         """A line per run that is not complete (its rates leave tasks out)."""

@@ -55,6 +55,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from adapters.results.rates import is_sound
 from adapters.results.trials._scipy import STATS_EXTRA_HINT, StatsExtraMissing, normal_quantile, scipy_optimize
 
 try:
@@ -492,3 +493,39 @@ def fixed_design_cost(state: AdaptiveState, width: float | None = None) -> Fixed
     total = _variance_sum(state)
     k = max(1, math.ceil((2 * z) ** 2 * total / (state.tasks**2 * width**2)))
     return FixedDesignCost(width=width, trials_per_task=k, episodes=2 * state.tasks * k, trial_variance_sum=total)
+
+
+# --- driving runs: batches as more trials of stored runs ---------------------------------------------
+
+
+def batch_trials(batch: list[tuple[str, Model]]) -> dict[Model, dict[str, int]]:
+    """A batch from `next_batch` as the further trials each model's run needs, per task."""
+    wanted: dict[Model, dict[str, int]] = {"baseline": {}, "candidate": {}}
+    for task_id, model in batch:
+        wanted[_model(model)][task_id] = wanted[model].get(task_id, 0) + 1
+    return wanted
+
+
+def record_trial_rows(state: AdaptiveState, model: str, task_id: str, requested: int,
+                      rows: list[dict[str, object]]) -> None:
+    """Record the outcomes of the `requested` further trials of `model` on `task_id`: `rows` are
+    those trials' final attempts (latest_task_results rows, any order). A trial with an unsound
+    environment, or with no row at all (the run stopped before it), is spent and not counted."""
+    ordered = sorted(rows, key=lambda row: int(str(row["trial"])))[:requested]
+    for row in ordered:
+        if is_sound(str(row["outcome"])):
+            record(state, task_id, model, bool(row["success"]))
+        else:
+            record_unsound(state, task_id, model)
+    for _ in range(requested - len(ordered)):
+        record_unsound(state, task_id, model)
+
+
+def sound_outcomes(rows: list[dict[str, object]]) -> dict[str, list[bool]]:
+    """Per task, the successes of a run's sound trials (its final attempt per task and trial), in
+    trial order: what a design starts from (`AdaptiveState.start`)."""
+    outcomes: dict[str, list[bool]] = {}
+    for row in sorted(rows, key=lambda r: (str(r["task_id"]), int(str(r.get("trial") or 1)))):
+        if is_sound(str(row["outcome"])):
+            outcomes.setdefault(str(row["task_id"]), []).append(bool(row["success"]))
+    return outcomes
