@@ -41,3 +41,17 @@ def test_the_report_shows_trials_side_by_side_and_the_flaky_tasks(tmp_path: Path
     assert ("Flaky tasks: 1 a (notepad): 2/3 sound trials succeeded: trial 1 success, trial 2 agent_failure, "
             "trial 3 success (deterministic agent: the environment varied)") in text
     assert '<section id="trials">' not in single
+
+
+def test_run_metrics_count_each_trials_attempts_once(tmp_path: Path) -> None:
+    """The per-domain rows count trials; attempts and what they spent are each trial's own (not
+    the task's whole attempt count repeated on every trial)."""
+    from adapters.results.metrics import compute_run_metrics
+
+    with ResultStore(tmp_path / "r.duckdb") as store:
+        _run(store, "r", "scripted", {"a": [S, F, S]})
+        store.record_result("r", BenchmarkResult(task_id="a", domain="notepad", outcome=I, attempt=4, trial=4))
+        store.record_result("r", BenchmarkResult(task_id="a", domain="notepad", outcome=S, success=True, attempt=5, trial=4))
+        metrics = compute_run_metrics(store, "r")
+    assert metrics.overall.tasks == 4 and metrics.overall.attempts == 5 and metrics.overall.retried_tasks == 1
+    assert sorted((t.attempt, t.attempts) for t in metrics.tasks) == [(1, 1), (2, 1), (3, 1), (5, 2)]
