@@ -288,18 +288,13 @@ def trials_section(rows: list[dict[str, Any]]) -> tuple[str, str]:
     rate as the mean of per-task fractions with both estimands' intervals and pass@k / pass^k
     (adapters/results/trials/report.py), as text and markdown to append to the summary; empty
     for a single-trial run, whose summary stays as it was. Without SciPy one line says so."""
-    from adapters.results.trials.report import has_repeated_trials
+    from adapters.results.trials.report import trial_lines
 
-    if not has_repeated_trials(rows):
+    lines = trial_lines(rows)
+    if lines is None:
         return "", ""
-    try:
-        from adapters.results.trials import StatsExtraMissing
-        from adapters.results.trials.report import trial_summary_lines
-
-        lines = trial_summary_lines(rows)
-    except StatsExtraMissing as exc:  # the run's results stand; only these statistics need SciPy
-        lines = [f"trials: statistics not computed: {exc}"]
-    text = "\nrepeated trials (the rows above count trials as if independent; these intervals account for trials grouped by task):\n" + "\n".join(f"  {line}" for line in lines)
+    text = ("\nrepeated trials (the rows above count trials as if independent; these intervals account for "
+            "trials grouped by task):\n" + "\n".join(f"  {line}" for line in lines))
     markdown = "\n\n**Repeated trials** (the per-domain rows count trials)\n\n" + "\n".join(f"- {line}" for line in lines)
     return text, markdown
 

@@ -55,3 +55,17 @@ def test_run_metrics_count_each_trials_attempts_once(tmp_path: Path) -> None:
         metrics = compute_run_metrics(store, "r")
     assert metrics.overall.tasks == 4 and metrics.overall.attempts == 5 and metrics.overall.retried_tasks == 1
     assert sorted((t.attempt, t.attempts) for t in metrics.tasks) == [(1, 1), (2, 1), (3, 1), (5, 2)]
+
+
+def test_the_text_report_adds_the_trial_statistics_only_for_runs_with_trials(tmp_path: Path) -> None:
+    from adapters.results.report_text import render_text_report
+    from adapters.results.trials import group_trials, suite_rate
+
+    with ResultStore(tmp_path / "r.duckdb") as store:
+        _run(store, "trials", "noisy-scripted", {"a": [S, F, S], "b": [F, F, S]})
+        _run(store, "single", "scripted", {"a": [S], "b": [F]})
+        text, single = render_text_report(store, "trials"), render_text_report(store, "single")
+        rate = suite_rate(group_trials(store.latest_attempts("trials"))).rate
+    assert "Repeated trials (the rows above are one per task and trial" in text
+    assert f"success rate over trials (mean of per-task fractions): {100 * rate:.1f}%" in text
+    assert "pass@3 " in text and "pass^3 " in text and "Repeated trials" not in single

@@ -66,3 +66,17 @@ def trial_summary_lines(rows: Iterable[Mapping[str, Any]], confidence: float = D
         "   ".join(_pass_text(m) for m in metrics),
     ]
     return lines
+
+
+def trial_lines(rows: list[Mapping[str, Any]]) -> list[str] | None:
+    """`trial_summary_lines` for a run with repeated trials, None for a single-trial run (whose
+    reports stay as they were); without SciPy, one line naming the `stats` extra (the run's
+    results stand; only these statistics need it)."""
+    from adapters.results.trials._scipy import StatsExtraMissing
+
+    if not has_repeated_trials(rows):
+        return None
+    try:
+        return trial_summary_lines(rows)
+    except StatsExtraMissing as exc:
+        return [f"statistics not computed: {exc}"]
