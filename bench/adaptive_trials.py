@@ -20,6 +20,17 @@ It prints, over `--runs` simulated comparisons:
 It prints numbers; it asserts nothing.
 
     python bench/adaptive_trials.py [--runs 50] [--tasks 154] [--difference 0.10] [--batch 40] [--seed 1]
+
+With `--local`, one comparison on the local WAA environment instead of simulated outcomes: the
+`noisy-scripted` TEST agent on the bundled suite's tasks with the same kind of known
+probabilities (baseline) and `--difference` points more (candidate), each a real run (Prefect,
+local simulation VMs, the evaluator, a DuckDB file in a temporary folder); then the model-update
+flow's adaptive design (flows/baselines.py `run_adaptive_design`) resumes both runs in batches of
+`--batch` until it decides. It prints the decision, the trials spent and the interval look by
+look, beside a fixed 3-trial design's episodes and the fixed design as narrow as the final
+interval, and the wall time.
+
+    python bench/adaptive_trials.py --local [--difference 0.10] [--batch 32] [--seed 1] [--pool-size 4]
 """
 
 from __future__ import annotations
@@ -60,7 +71,12 @@ def main() -> None:
     parser.add_argument("--difference", type=float, default=0.10)
     parser.add_argument("--batch", type=int, default=40)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--local", action="store_true", help="one comparison of real local runs (see above)")
+    parser.add_argument("--pool-size", type=int, default=4, help="with --local: VMs per run")
     args = parser.parse_args()
+    if args.local:
+        local(args)
+        return
     rng = np.random.default_rng(args.seed)
     tasks, fixed_k = args.tasks, 3
     fixed_trials = 2 * tasks * fixed_k
@@ -133,6 +149,53 @@ def main() -> None:
     print(f"4. coverage of 95 % intervals, {sims} simulated runs of {fixed_k} trials per task: "
           + ", ".join(f"{name} {100 * count / sims:.1f} %" for name, count in covered.items()))
     print(f"(ran in {time.monotonic() - started:.1f} s)")
+
+
+def local(args: argparse.Namespace) -> None:
+    """One adaptive model-update comparison over real local runs (module docstring)."""
+    import json
+    import tempfile
+
+    from adapters.agents import AgentOptions
+    from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
+    from flows.baselines import ModelUpdates, run_adaptive_design
+    from flows.evaluate_suite import run_suite
+    from flows.local_server import configured_or_shared_api
+    from flows.run_config import SuiteRunConfig
+
+    rng = np.random.default_rng(args.seed)
+    ids = WAATaskCatalog(bundled_suite_dir()).task_ids()
+    p = task_probabilities(len(ids), rng)
+    q = shifted(p, args.difference, rng)
+    budget = 2 * 2 * len(ids) * 3 * 4  # room to decide: four times a fixed 3-trial design of both models
+    print(f"conditions: local environment, bundled suite ({len(ids)} tasks), noisy-scripted TEST agent, baseline "
+          f"mean p {p.mean():.3f}, candidate {q.mean():.3f} (true difference {100 * float(np.mean(q - p)):+.1f} "
+          f"points), seed {args.seed}; first pass 1 trial per task and model, batches of {args.batch}, alpha 0.05, "
+          f"margin 5 points, budget {budget} trials; pool {args.pool_size} VMs per run")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="adaptive-local-") as folder, configured_or_shared_api():
+        root = Path(folder)
+        configs = {}
+        for name, probs in (("base", p), ("cand", q)):
+            (root / f"{name}.json").write_text(json.dumps({t: float(v) for t, v in zip(ids, probs)}))
+            configs[name] = SuiteRunConfig(
+                agent="noisy-scripted", pool_size=args.pool_size, db_path=root / "arena.duckdb",
+                artifacts_dir=root / "artifacts", run_id=f"adaptive-{name}",
+                agent_options=AgentOptions(success_probabilities_path=root / f"{name}.json", seed=args.seed))
+            run_suite(configs[name])
+        first = time.monotonic() - started
+        design = run_adaptive_design(configs["base"], "adaptive-base", configs["cand"], "adaptive-cand",
+                                     ModelUpdates(models=["bench"], adaptive=True, batch_size=args.batch,
+                                                  budget_trials=budget), run=run_suite)
+    report = design.report
+    print(report.render())
+    fixed = design.fixed
+    print(f"adaptive: {report.decision} after {report.episodes} further trials in {design.batches} batch(es) "
+          f"(+{report.given_trials} first-pass trials = {report.episodes + report.given_trials} episodes)")
+    print(f"fixed 3-trial design: {2 * 3 * len(ids)} episodes (one look)"
+          + (f"; a fixed design as narrow as the final interval ({100 * fixed.width:.1f} points): "
+             f"{fixed.trials_per_task} trials per task and model = {fixed.episodes} episodes" if fixed else ""))
+    print(f"(first pass {first:.0f} s; ran in {time.monotonic() - started:.0f} s)")
 
 
 if __name__ == "__main__":
