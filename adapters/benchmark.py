@@ -342,6 +342,9 @@ class BenchmarkResult(BaseModel):
     agent_details: dict[str, Any] = Field(default_factory=dict)
     """The agent's configuration as it stood after this task (e.g. the demo it retrieved)."""
     attempt: int = 1
+    # Which of the run's repeated trials of the task this attempt belongs to (each trial from a
+    # fresh reset; `attempt` counts infrastructure retries and keeps counting across trials).
+    trial: int = Field(default=1, ge=1)
     vm_id: str | None = None
     task_fingerprint: str | None = None  # BenchmarkTask.fingerprint of the task attempted
 

@@ -87,7 +87,6 @@ from __future__ import annotations
 import argparse
 import heapq
 import logging
-import os
 import queue
 import random
 import sys

@@ -152,9 +152,12 @@ def attempt_cache_dir(cache_root: Path, task_id: str, attempt: int) -> Path:
     return cache_root / "attempts" / f"{safe}-{attempt}"
 
 
-def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt: int) -> BenchmarkResult:
+def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt: int, *,
+                trial: int = 1) -> BenchmarkResult:
     """Run every stage once on `vm`, each within its wall-clock limit; marks the VM unhealthy on
-    infrastructure trouble of the VM (not of the agent's model endpoint) and on a stage timeout."""
+    infrastructure trouble of the VM (not of the agent's model endpoint) and on a stage timeout.
+    `trial` is which of the run's repeated trials of the task this is (stored with the result;
+    an agent with a `trial` attribute, the seeded `noisy-scripted` test agent, is told it)."""
     timings: dict[str, float] = {}
     started = time.monotonic()
 
@@ -178,6 +181,7 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
             task_fingerprint=task.fingerprint,
             infeasible=task.infeasible,
             attempt=attempt,
+            trial=trial,
             vm_id=vm.vm_id,
             timings=timings,
             total_time_seconds=time.monotonic() - started,
@@ -227,6 +231,8 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
 
         screenshot_dir = ctx.artifacts_dir / task.task_id / f"attempt-{attempt}"
         agent = ctx.agent_factory()
+        if hasattr(agent, "trial"):  # seeded per (task, trial): each trial of a task draws on its own
+            agent.trial = trial
         adapter.needs = agent.observation_needs()  # fetch only what this agent reads
         episode = EpisodeOutcome()
         try:

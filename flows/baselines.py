@@ -114,6 +114,15 @@ class ModelUpdates(BaseModel):
 
     models: list[str] = Field(min_length=1)
     endpoints: list[str] = Field(default_factory=list)
+    # The adaptive design (docs/statistics.md): after the first pass (the baseline's trials, and the
+    # new model's run with as many), further trials in batches of `batch_size`, each batch a resume
+    # of the baseline's and the new model's runs with more trials of the tasks the design picks,
+    # until its anytime-valid interval excludes 0, lies within +/- `margin`, or `budget_trials`
+    # further trials are spent (default: what a fixed 3-trial design of both models would cost).
+    adaptive: bool = False
+    margin: float = Field(default=0.05, gt=0, lt=1)
+    batch_size: int = Field(default=16, ge=1, le=1000)
+    budget_trials: int | None = Field(default=None, ge=1)
 
     @field_validator("endpoints")
     @classmethod
@@ -148,6 +157,8 @@ class Baseline(BaseModel):
     quirks: bool = False
     max_steps: int = Field(default=15, ge=1)
     max_attempts: int = Field(default=3, ge=1)
+    # Repeated trials: each task runs `trials` times per run (docs/statistics.md); 1..100.
+    trials: int = Field(default=1, ge=1, le=100)
     episode_timeout_seconds: float = Field(default=1200.0, gt=0)
     # The wait after each action ("adaptive" or fixed seconds; None: the provider's default). A
     # baseline pins it so a change of default does not move its numbers.
@@ -333,6 +344,7 @@ def baseline_config(baseline: Baseline, run_id: str | None = None, trigger: str 
         max_steps=baseline.max_steps,
         episode_timeout_seconds=baseline.episode_timeout_seconds,
         max_attempts=baseline.max_attempts,
+        trials=baseline.trials,
         settle=baseline.settle,
         db_path=baseline.db_path,
         **({"store_url": baseline.store_url} if baseline.store_url else {}),
@@ -560,6 +572,12 @@ def run_model_update(
 
     new_outcome = _run_baseline(new_config)
     new_run_id = new_outcome.run_id
+    design: AdaptiveDesign | None = None
+    assert chosen.model_updates is not None  # check_model_update refused a baseline without them
+    if chosen.model_updates.adaptive and not _verdict_withheld(new_outcome, new_config):
+        design = run_adaptive_design(reference, baseline_run_id, new_config, new_run_id, chosen.model_updates,
+                                     _run_baseline)
+        logger.info("adaptive design: %s", design.report.decision)
     comparison = compare_runs(
         final_attempts(reference.store_location, baseline_run_id),
         final_attempts(new_config.store_location, new_run_id),
@@ -573,6 +591,9 @@ def run_model_update(
         logger.warning("no verdict for %s: %s", model, comparison.withheld)
     title = f"{model} vs baseline {chosen.name}" + (f" (checkpoint {checkpoint})" if checkpoint else "")
     markdown = comparison_markdown(comparison, title)
+    if design is not None:
+        comparison.design_decision = design.report.decision
+        markdown = design.markdown() + "\n" + markdown
     if settings.export_failures:
         markdown += "\n\n" + _export_failures(new_config, new_run_id, Path(settings.export_failures),
                                               settings.export_format)
@@ -589,12 +610,88 @@ def run_model_update(
     return comparison
 
 
+@dataclass
+class AdaptiveDesign:
+    """The adaptive design's end (adapters/results/trials/adaptive.py): its decision with the
+    interval look by look, and what a fixed design would have cost for the same width."""
+
+    report: Any  # AdaptiveReport
+    fixed: Any  # FixedDesignCost, or None without an interval
+    batches: int
+
+    def markdown(self) -> str:
+        """The artifact's section: decision, episodes spent, the interval as it narrowed, the
+        fixed design's cost."""
+        r = self.report
+        lines = [f"## Adaptive design: **{r.decision}**", "",
+                 f"{r.episodes} further trials spent in the first pass's gaps and {self.batches} batch(es) "
+                 f"(budget {r.budget}; {r.given_trials} trials of the two runs given at the start); margin "
+                 f"+/-{100 * r.margin:.1f} points; {r.method}.", "", "```", r.render(), "```"]
+        if self.fixed is not None:
+            lines += ["", f"A fixed design reaching the same interval width ({100 * self.fixed.width:.1f} points) "
+                          f"would run every task {self.fixed.trials_per_task} time(s) with each model: "
+                          f"{self.fixed.episodes} episodes."]
+        return "\n".join(lines) + "\n"
+
+
+def run_adaptive_design(reference: SuiteRunConfig, baseline_run_id: str, new_config: SuiteRunConfig, new_run_id: str,
+                        settings: ModelUpdates, run: Any = None) -> AdaptiveDesign:
+    """Drive the adaptive design over two stored runs: the design (adaptive.py) decides what to
+    run next and when to stop; each batch resumes the baseline's and the new model's runs with
+    more trials of the tasks it picked (`task_trials`), and their outcomes are recorded back.
+    `run` evaluates one configuration (default: as a subflow, `_run_baseline`)."""
+    from adapters.results.trials.adaptive import (AdaptiveState, batch_trials, decide, fixed_design_cost,
+                                                  next_batch, record_trial_rows, sound_outcomes)
+
+    run = run or _run_baseline
+    runs = {"baseline": (reference, baseline_run_id), "candidate": (new_config, new_run_id)}
+    rows = {m: final_attempts(c.store_location, r) for m, (c, r) in runs.items()}
+    known = {m: sound_outcomes(rows[m]) for m in runs}
+    tasks = sorted(known["baseline"].keys() & known["candidate"].keys())  # comparable: sound in both
+    trials = {m: _trials_per_task(rows[m]) for m in runs}
+    budget = settings.budget_trials or 2 * 3 * len(tasks)
+    state = AdaptiveState.start(tasks, budget=budget, margin=settings.margin,
+                                baseline_trials={t: known["baseline"][t] for t in tasks},
+                                candidate_trials={t: known["candidate"][t] for t in tasks})
+    wanted: dict[str, dict[str, int]] = {m: dict(c.task_trials) for m, (c, _) in runs.items()}
+    batches = 0
+    while decide(state).decision == "continue":
+        batch = next_batch(state, settings.batch_size)
+        if not batch:
+            break
+        batches += 1
+        for model, more in batch_trials(batch).items():
+            if not more:
+                continue
+            config, run_id = runs[model]
+            before = dict(trials[model])
+            for task_id, n in more.items():
+                wanted[model][task_id] = before.get(task_id, 0) + n
+            run(config.model_copy(update={"run_id": run_id, "task_trials": dict(wanted[model])}))
+            after = final_attempts(config.store_location, run_id)
+            for task_id, n in more.items():
+                fresh = [r for r in after if r["task_id"] == task_id and int(r["trial"]) > before.get(task_id, 0)]
+                record_trial_rows(state, model, task_id, n, fresh)
+            trials[model] = _trials_per_task(after)
+    report = decide(state)
+    return AdaptiveDesign(report=report, fixed=fixed_design_cost(state) if report.interval else None, batches=batches)
+
+
+def _trials_per_task(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """The highest trial number of each task in a run's final attempts."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[str(row["task_id"])] = max(counts.get(str(row["task_id"]), 0), int(row.get("trial") or 1))
+    return counts
+
+
 def model_update_state(comparison: RunComparison) -> State:
     """Completed with the verdict, or Failed ("No verdict: ...") when the new model's run cannot give one
     (so Prefect's failure notifications fire); the comparison as data."""
     if comparison.withheld:
         return ended(Failed, f"No verdict: {comparison.withheld}", comparison)
-    return ended(Completed, f"verdict: {comparison.verdict}", comparison)
+    design = f"; adaptive design: {comparison.design_decision}" if comparison.design_decision else ""
+    return ended(Completed, f"verdict: {comparison.verdict}{design}", comparison)
 
 
 def _verdict_withheld(outcome: RunOutcome, config: SuiteRunConfig) -> str | None:

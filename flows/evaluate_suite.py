@@ -55,6 +55,7 @@ from flows.progress import RunProgress
 from flows.provenance import run_info
 from flows.run_config import STORE_FAILED, RunOutcome, SuiteRunConfig, new_run_id
 from flows.run_states import outcome_of, run_state
+from flows.scheduling import TaskTrial, WorkUnit, as_trial
 from flows.summary import (
     RunCompleteness,
     format_summary,
@@ -62,6 +63,7 @@ from flows.summary import (
     run_completeness,
     summary_markdown,
     summary_rows,
+    trials_section,
 )
 
 
@@ -155,23 +157,32 @@ def _evaluate(config: SuiteRunConfig) -> RunOutcome:
             logger.warning("run %s: wrote %d result(s) an earlier controller left in its spool %s%s", run_id, written,
                            spool.directory, f"; {left} could not be written" if left else "")
             stored = store.get_run(run_id)
-        finished = store.finished_task_ids(run_id) & {t.task_id for t in tasks}
-        todo = [t for t in tasks if t.task_id not in finished]
+        # The units of work: each wanted trial of each task (a single-trial run: its tasks).
+        wanted = [TaskTrial(t, k) for t in tasks for k in range(1, config.trials_of(t.task_id) + 1)]
+        finished = store.finished_trials(run_id) & {(u.task_id, u.trial) for u in wanted}
+        todo: list[WorkUnit] = [u.task if u.trial == 1 else u for u in wanted if (u.task_id, u.trial) not in finished]
+        trials = {t.task_id: config.trials_of(t.task_id) for t in tasks}
+        with_trials = any(k > 1 for k in trials.values())
         if finished:
-            logger.info("Resuming run %s: %d of %d tasks already have final results", run_id, len(finished), len(tasks))
+            logger.info("Resuming run %s: %d of %d %s already have final results", run_id, len(finished), len(wanted),
+                        "trials" if with_trials else "tasks")
         if (stored is not None and stored.status == "completed" and not todo and not config.change_selection
                 and selection_change(run_id, stored.selected_task_ids, info.selected_task_ids or []) is None):
             # Resuming a finished run: nothing to do, and its record (finish time) stays as it is.
             logger.info("Run %s is already complete; nothing to do", run_id)
             provider.close()
-            completeness = run_completeness(store, run_id, tasks, RunBudget.for_run(config, store, run_id))
+            completeness = run_completeness(store, run_id, tasks, RunBudget.for_run(config, store, run_id), trials)
             return _summarize(config, run_id, len(tasks), environment, store, completeness, [], [], [])
         store.start_run(info, resume=stored is not None, change_selection=config.change_selection,
                         controller=controller)
         budget = RunBudget.for_run(config, store, run_id)
+        done_per_task: dict[str, int] = {}
+        for task_id, _ in finished:
+            done_per_task[task_id] = done_per_task.get(task_id, 0) + 1
         progress = RunProgress(
-            run_id, len(tasks), len(tasks) - len(todo), config.artifacts_dir / run_id / "progress.json",
+            run_id, len(wanted), len(wanted) - len(todo), config.artifacts_dir / run_id / "progress.json",
             scoring=config.scoring, cost=budget.cost_usd,
+            trials_per_task=trials if with_trials else None, done_per_task=done_per_task,
         )
         status = "failed"
         shard_errors: list[str] = []
@@ -188,10 +199,12 @@ def _evaluate(config: SuiteRunConfig) -> RunOutcome:
                     from flows.shard import evaluate_on_shards
 
                     provider.close()  # each shard brings up its own VMs on its host
-                    results, shard_errors = evaluate_on_shards(config, run_id, catalog, todo, store, budget, progress)
+                    shard_tasks = [as_trial(u).task for u in todo]  # shards run single-trial runs only (run_config)
+                    results, shard_errors = evaluate_on_shards(config, run_id, catalog, shard_tasks, store, budget,
+                                                               progress)
                 else:
                     results = evaluate_on_pool(request, todo)
-            completeness = run_completeness(store, run_id, tasks, budget)
+            completeness = run_completeness(store, run_id, tasks, budget, trials)
             if request.unstored is not None:
                 store_failure = request.unstored.outage or "the store did not take every result"
                 status = STORE_FAILED
@@ -209,8 +222,8 @@ def _evaluate(config: SuiteRunConfig) -> RunOutcome:
             cancelled = cancellation_requested()
             status = "cancelled" if cancelled else "interrupted"
             stopped_by = "prefect" if cancelled else "ctrl-c" if isinstance(stop, KeyboardInterrupt) else "sigterm"
-            completeness = best_effort("counting the run's results", lambda: run_completeness(store, run_id, tasks, budget),
-                                       retry_for=0)
+            completeness = best_effort("counting the run's results",
+                                       lambda: run_completeness(store, run_id, tasks, budget, trials), retry_for=0)
         finally:
             try:
                 store.finish_run(run_id, status)
@@ -265,6 +278,8 @@ def _summarize(
     logger = get_run_logger()
     summary = compute_run_metrics(store, run_id)
     extra_text, extra_markdown = problem_sections(pool_errors, shard_errors)
+    trials_text, trials_markdown = trials_section(store.latest_attempts(run_id))
+    extra_text, extra_markdown = trials_text + extra_text, trials_markdown + extra_markdown
     table = format_summary(run_id, summary, environment, completeness) + extra_text
     markdown = summary_markdown(run_id, summary, environment, completeness) + extra_markdown
     logger.info("Run summary\n%s", table)

@@ -19,10 +19,13 @@ slot increments fail with "database is locked" and the client retries them after
 back-off, which cost about 2 s per task and left lanes idle for up to 10 s on the bundled suite
 (measured with prefect 3.8.8).
 
+Trials: with `trials = K` each task is queued K times, one unit per trial (`TaskTrial`), each
+from a fresh reset with its own retries; its "evaluate-task" run is named `<domain>/<task> trial k`.
+
 Retries: only infrastructure errors are retried, on another VM (the pool replaces the failed
 one in the background, and the retry takes the first VM that is free), up to `max_attempts`
-attempts per invocation. Attempt numbers continue from the ones
-already stored, so a resumed run never overwrites an earlier attempt.
+attempts per trial and invocation. Attempt numbers continue from the ones already stored (and
+count on across a task's trials), so a resumed run never overwrites an earlier attempt.
 
 Scheduling: tasks start longest first by the durations earlier runs recorded; lanes that run
 out of work retire the VMs the remaining tasks do not need. Shards (flows/shard.py) run this same
@@ -65,7 +68,8 @@ from flows.budget import RunBudget
 from flows.progress import RunProgress
 from flows.run_config import SuiteRunConfig, store_wait_seconds
 from flows.run_states import final_result, outcome_state
-from flows.scheduling import AttemptHooks, Schedule, WorkQueue, attempt_loop, lane_loop, longest_first
+from flows.scheduling import (AttemptHooks, Schedule, TaskTrial, WorkQueue, WorkUnit, as_trial, attempt_loop,
+                              lane_loop, longest_first)
 from tasks.provision import provision_pool
 
 
@@ -204,16 +208,28 @@ class Lanes:
 
 
 @task(name="attempt", task_run_name="attempt {attempt} on {vm.vm_id}", cache_policy=NO_CACHE, persist_result=False)
-def attempt_on_vm(task: BenchmarkTask, vm: VMHandle, context: AttemptContext, attempt: int) -> State:
+def attempt_on_vm(task: BenchmarkTask, vm: VMHandle, context: AttemptContext, attempt: int, trial: int = 1) -> State:
     """One attempt of a task on one VM, as its own run in the Prefect UI: named by the VM, its
     state named by the attempt's outcome (an infrastructure error, then the retry's outcome)."""
-    return outcome_state(run_attempt(task, vm, context, attempt))
+    return outcome_state(run_attempt(task, vm, context, attempt, trial=trial))
 
 
-@task(name="evaluate-task", task_run_name="{task.domain}/{task.task_id}", cache_policy=NO_CACHE, persist_result=False)
-def attempt_task(task: BenchmarkTask, lanes: Lanes) -> State | None:
-    """Attempt a task until it ends for a non-infrastructure reason or attempts run out
-    (`attempt_loop`), each attempt its own "attempt" task run, its result handed to the run's
+def evaluate_task_run_name(task: BenchmarkTask, trial: int = 1) -> str:
+    """The "evaluate-task" run's name: `<domain>/<task id>`, plus ` trial k` in a run with trials."""
+    return f"{task.domain}/{task.task_id}" + (f" trial {trial}" if trial > 1 else "")
+
+
+def _evaluate_task_name() -> str:
+    from prefect.runtime import task_run
+
+    parameters = task_run.parameters
+    return evaluate_task_run_name(parameters["task"], int(parameters.get("trial") or 1))
+
+
+@task(name="evaluate-task", task_run_name=_evaluate_task_name, cache_policy=NO_CACHE, persist_result=False)
+def attempt_task(task: BenchmarkTask, lanes: Lanes, trial: int = 1) -> State | None:
+    """Attempt one trial of a task until it ends for a non-infrastructure reason or attempts run
+    out (`attempt_loop`), each attempt its own "attempt" task run, its result handed to the run's
     background recorder (adapters/store/recorder.py).
 
     Every attempt is recorded as it finishes; an infrastructure failure hands the VM back as
@@ -224,16 +240,17 @@ def attempt_task(task: BenchmarkTask, lanes: Lanes) -> State | None:
     first attempt. The state is named by the last attempt's outcome (`outcome_state`).
     """
     hooks = AttemptHooks(
-        attempt=lambda t, vm, number: _attempt_result(t, vm, lanes.attempt, number),
+        attempt=lambda t, vm, number: _attempt_result(t, vm, lanes.attempt, number, trial),
         record=lanes.recorder.record,
         logger=get_run_logger(),
     )
-    return outcome_state(attempt_loop(task, lanes.schedule, hooks))
+    return outcome_state(attempt_loop(TaskTrial(task, trial), lanes.schedule, hooks))
 
 
-def _attempt_result(task: BenchmarkTask, vm: VMHandle, context: AttemptContext, attempt: int) -> BenchmarkResult:
+def _attempt_result(task: BenchmarkTask, vm: VMHandle, context: AttemptContext, attempt: int,
+                    trial: int = 1) -> BenchmarkResult:
     """One attempt as its own task run (`attempt_on_vm`), unwrapped to its result."""
-    result = final_result(attempt_on_vm(task, vm, context, attempt))
+    result = final_result(attempt_on_vm(task, vm, context, attempt, trial))
     if result is None:  # outcome_state gives None only for no result, and run_attempt always has one
         raise RuntimeError(f"attempt {attempt} of task {task.task_id} on {vm.vm_id} returned no result")
     return result
@@ -247,12 +264,17 @@ def run_lane(lane: int, lanes: Lanes) -> list[BenchmarkResult]:
     A lane that runs out of work deletes the idle VMs the remaining tasks do not need, so the
     pool shrinks (and stops costing) while the last tasks finish.
     """
-    return lane_loop(lanes.schedule, lambda t: final_result(attempt_task(t, lanes)), get_run_logger())
+    def run_unit(unit: WorkUnit) -> BenchmarkResult | None:
+        one = as_trial(unit)
+        return final_result(attempt_task(one.task, lanes, one.trial))
+
+    return lane_loop(lanes.schedule, run_unit, get_run_logger())
 
 
-def evaluate_on_pool(request: PoolRunRequest, todo: list[BenchmarkTask]) -> list[BenchmarkResult]:
-    """Provision the pool, run every task in lanes, and always tear the pool down and close the
-    provider (no VM outlives this call)."""
+def evaluate_on_pool(request: PoolRunRequest, todo: list[WorkUnit]) -> list[BenchmarkResult]:
+    """Provision the pool, run every task (or trial of a task: `TaskTrial`) in lanes, and always
+    tear the pool down and close the provider (no VM outlives this call). Returns the final
+    result of each unit that has one, in `todo`'s order."""
     r, config, provider = request, request.config, request.provider
     if not todo or r.budget.exhausted():
         provider.close()
@@ -270,7 +292,7 @@ def evaluate_on_pool(request: PoolRunRequest, todo: list[BenchmarkTask]) -> list
         provider.close()
 
 
-def _on_warm_pool(r: PoolRunRequest, todo: list[BenchmarkTask]) -> list[BenchmarkResult]:
+def _on_warm_pool(r: PoolRunRequest, todo: list[WorkUnit]) -> list[BenchmarkResult]:
     """The run on the warm pool's VMs, holding the pool's one lease: VMs are started (or made)
     by name, and stopped, not deleted, at the end. A pool another run holds ends this run
     incomplete with that reason, before any VM is touched."""
@@ -291,7 +313,7 @@ def _on_warm_pool(r: PoolRunRequest, todo: list[BenchmarkTask]) -> list[Benchmar
         provider.close()
 
 
-def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[BenchmarkTask], resources: str) -> list[BenchmarkResult]:
+def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[WorkUnit], resources: str) -> list[BenchmarkResult]:
     """Provision `pool` and run every task in lanes under a concurrency limit named after
     `resources`; the caller tears the pool down."""
     config, provider = r.config, r.provider
@@ -319,15 +341,14 @@ def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[BenchmarkTask], resour
             return []
         expected = r.expected_seconds
         if expected is None:
-            expected = r.store.expected_seconds([t.task_id for t in todo], config.agent)
+            expected = r.store.expected_seconds(sorted({t.task_id for t in todo}), config.agent)
         # Attempt numbers continue after those stored (a resumed run) and after the ones a
         # shard's controller holds: read once here, not once per task.
         first_attempts = r.store.next_attempts(r.run_id)
         for task_id, number in (r.first_attempts or {}).items():
             first_attempts[task_id] = max(number, first_attempts.get(task_id, 1))
-        if r.progress is not None:  # a task whose last attempt fails is done too (out of retries)
-            r.progress.expect_attempts({t.task_id: first_attempts.get(t.task_id, 1) + config.max_attempts - 1
-                                        for t in todo})
+        if r.progress is not None:  # a trial whose last attempt fails is done too (out of retries)
+            r.progress.expect_attempts(config.max_attempts)
         lanes = Lanes(
             work=WorkQueue(longest_first(todo, expected), first_attempts),
             pool=pool,
@@ -349,11 +370,13 @@ def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[BenchmarkTask], resour
                         _stop_lanes(lanes, futures, "Ctrl-C" if isinstance(stop, KeyboardInterrupt) else "SIGTERM")
                         raise
                     # Every lane, unless a cancellation stopped them (their results are stored anyway).
-                    by_id = {result.task_id: result for f in futures if _done(f) for result in f.result()}
+                    by_unit = {(result.task_id, result.trial): result
+                               for f in futures if _done(f) for result in f.result()}
         finally:
             r.unstored = _close_recorder(lanes.recorder, r.problems)
         _report_pool_problems(pool, r.problems)
-    return [by_id[t.task_id] for t in todo if t.task_id in by_id]
+    keys = [(u.task_id, as_trial(u).trial) for u in todo]
+    return [by_unit[key] for key in keys if key in by_unit]
 
 
 def _close_recorder(recorder: ResultRecorder, problems: list[str]) -> RecorderClose | None:

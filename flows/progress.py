@@ -25,7 +25,8 @@ class RunProgress:
     """Tasks done so far, shown as a Prefect progress artifact (one per run) and a side file.
 
     Both say what a person watching wants to know while the run goes: tasks done of selected
-    (a task is done when its last attempt is final or its retries are used up), success so far
+    (a task is done when its last attempt is final or its retries are used up; in a run with
+    repeated trials, trials done of selected and tasks with every trial done), success so far
     with its Wilson interval, infrastructure errors by task (and by attempt), cost so far (model
     and VM) and tokens, and an estimate of the time left from this invocation's pace, cleared
     once the run ends. The artifact is updated from a background thread (lanes never wait on the
@@ -36,11 +37,20 @@ class RunProgress:
     ARTIFACT_PREFIX = "waa-progress"
 
     def __init__(self, run_id: str, selected: int, final: int, side_file: Path | None, scoring: str = "strict",
-                 cost: Callable[[], float] | None = None) -> None:
+                 cost: Callable[[], float] | None = None, trials_per_task: dict[str, int] | None = None,
+                 done_per_task: dict[str, int] | None = None) -> None:
+        """`selected` and `final` count units of work: tasks, or in a run with trials
+        (`trials_per_task`, the trials wanted of each task) trials of tasks; `done_per_task` is
+        how many trials of each task had a final result before this invocation."""
         self.run_id = run_id
         self.scoring = scoring  # shown beside the rate when it is not the strict default
         self.selected = selected
-        self.final = final  # tasks whose last attempt is final
+        self.final = final  # units (tasks, or trials) whose last attempt is final
+        self._trials_per_task = dict(trials_per_task or {})
+        self._done_per_task = dict(done_per_task or {})
+        self._tasks_done = sum(1 for t, k in self._trials_per_task.items() if self._done_per_task.get(t, 0) >= k)
+        self._max_attempts: int | None = None
+        self._infra_attempts: dict[tuple[str, int], int] = {}  # per (task, trial), this invocation
         self.retries_exhausted = 0  # tasks whose retries are used up (no final result)
         self.attempts = 0
         self.successes = 0  # among `scored`
@@ -52,7 +62,6 @@ class RunProgress:
         self.side_file = side_file
         self.status = "running"
         self._cost = cost  # the run's cost so far, model and VM (the budget's reckoning)
-        self._last_attempt: dict[str, int] = {}  # per task: the attempt after which it is done
         self._started = time.monotonic()
         self._done_at_start = final  # a resumed run's earlier results do not set the pace
         self._lock = threading.Lock()
@@ -75,11 +84,16 @@ class RunProgress:
         """The progress artifact's key: one series per run (keys allow lowercase, digits, '-')."""
         return f"{self.ARTIFACT_PREFIX}-{slug(self.run_id)}"
 
-    def expect_attempts(self, last_attempts: dict[str, int]) -> None:
-        """Per task, the attempt number after which it is done even when it failed (its retries
-        are used up): set once the pool knows where each task's attempts start."""
+    def expect_attempts(self, max_attempts: int) -> None:
+        """Attempts each trial of a task gets in this invocation: after that many infrastructure
+        errors it is done (its retries are used up)."""
         with self._lock:
-            self._last_attempt = dict(last_attempts)
+            self._max_attempts = max_attempts
+
+    @property
+    def with_trials(self) -> bool:
+        """Whether the run repeats tasks (then progress counts trials and tasks)."""
+        return any(k > 1 for k in self._trials_per_task.values())
 
     @property
     def done(self) -> int:
@@ -121,6 +135,7 @@ class RunProgress:
             "done": self.done,
             "final": self.final,
             "retries_exhausted": self.retries_exhausted,
+            **({"tasks_selected": len(self._trials_per_task), "tasks_done": self._tasks_done} if self.with_trials else {}),
             "attempts_recorded": self.attempts,
             "successes": self.successes,
             "scored": self.scored,
@@ -143,10 +158,19 @@ class RunProgress:
             if result.outcome is OutcomeKind.INFRASTRUCTURE_ERROR:
                 self.infrastructure_errors += 1
                 self.infrastructure_tasks.add(result.task_id)
-            if not result.outcome.is_retryable:
+            unit = (result.task_id, result.trial)
+            finished = not result.outcome.is_retryable
+            if finished:
                 self.final += 1
-            elif result.attempt >= self._last_attempt.get(result.task_id, 10**9):
-                self.retries_exhausted += 1
+            else:
+                self._infra_attempts[unit] = self._infra_attempts.get(unit, 0) + 1
+                if self._max_attempts is not None and self._infra_attempts[unit] >= self._max_attempts:
+                    self.retries_exhausted += 1
+                    finished = True
+            if finished and result.task_id in self._trials_per_task:
+                done = self._done_per_task.get(result.task_id, 0) + 1
+                self._done_per_task[result.task_id] = done
+                self._tasks_done += int(done == self._trials_per_task[result.task_id])
             if result.outcome.environment_was_sound:  # the headline rate's denominator (rates.py)
                 self.scored += 1
                 self.successes += int(result.success)
@@ -195,7 +219,10 @@ def progress_line(p: dict[str, Any]) -> str:
     """One line of progress from a snapshot: done/total and success first (the UI's card shows
     about 40 characters), then infrastructure errors by task, cost, and the ETA or the status."""
     done = p.get("done", p.get("final", 0))
-    parts = [f"{done}/{p.get('selected', 0)} done"]
+    if "tasks_selected" in p:  # a run with repeated trials: "32/48 trials, 10/16 tasks done"
+        parts = [f"{done}/{p.get('selected', 0)} trials, {p.get('tasks_done', 0)}/{p['tasks_selected']} tasks done"]
+    else:
+        parts = [f"{done}/{p.get('selected', 0)} done"]
     scored = p.get("scored") or 0
     if scored:
         ci = p.get("success_ci95")

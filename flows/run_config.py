@@ -27,7 +27,8 @@ from adapters.store_location import check_store_url, default_store_url
 from adapters.vms.base import ResetLevel
 from adapters.vms.existing import DEFAULT_SERVER_WAIT_SECONDS
 from adapters.vms.registry import PROVIDERS, ProviderSettings, build_provider
-from adapters.vms.warm_pool import DEFAULT_POOL_TTL_HOURS, pool_resource_id
+from adapters.vms.defaults import DEFAULT_POOL_TTL_HOURS
+from adapters.vms.warm_pool import pool_resource_id
 from adapters.waa.suite_settings import suite_flavor
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from adapters.waa.settle import SettleChoice, SettlePolicy, choose_policy
@@ -83,6 +84,12 @@ class SuiteRunConfig(BaseModel):
     # between steps; the hard one catches a step blocked in a call).
     stage_timeouts: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_STAGE_TIMEOUTS))
     max_attempts: int = Field(default=3, ge=1)
+    # Repeated trials: each task runs `trials` times, each trial from a fresh reset with its own
+    # `max_attempts` (docs/statistics.md). A resume with more trials runs only the new ones.
+    trials: int = Field(default=1, ge=1, le=100)
+    # Per task, a number of trials other than `trials` (the adaptive model-update design asks
+    # for more trials of some tasks only); tasks not named get `trials`.
+    task_trials: dict[str, int] = Field(default_factory=dict)
     # Run budget (None = unlimited). When one is reached, lanes take no new task and start no
     # retry; the run ends with status "budget_exhausted". Cost = the results' model cost +
     # VM-hours of the pool * vm_hour_price_usd. Cost and tokens include earlier invocations of a
@@ -122,6 +129,10 @@ class SuiteRunConfig(BaseModel):
     shards: int = Field(default=0, ge=0, le=64)
     shard_deployment: str = "evaluate-shard/shard"
     shard_start_timeout_seconds: float = Field(default=900.0, gt=0)
+
+    def trials_of(self, task_id: str) -> int:
+        """How many trials of `task_id` the run wants."""
+        return self.task_trials.get(task_id, self.trials)
 
     def settle_policy(self, provider_default: SettlePolicy) -> SettlePolicy:
         """The wait after each action this run uses, given its provider's default."""
@@ -200,6 +211,10 @@ class SuiteRunConfig(BaseModel):
                     f"shards={self.shards} with provider 'existing' needs at least one WAA server per shard; "
                     f"got {len(self.waa_urls)} URL(s)"
                 )
+        if self.shards and (self.trials > 1 or self.task_trials):
+            raise ValueError("trials > 1 with shards is not built yet: run the trials on one controller (shards=0)")
+        if any(k < 1 for k in self.task_trials.values()):
+            raise ValueError(f"task_trials must give each task at least 1 trial, got {self.task_trials}")
         if self.shards and self.shard_deployment.count("/") != 1:
             raise ValueError(
                 f"shard_deployment must name a deployment as 'flow/deployment', got {self.shard_deployment!r}"

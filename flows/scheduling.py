@@ -8,6 +8,11 @@ and hands them Prefect's pieces through `AttemptHooks`: the attempt as its own t
 logger, the recording task. bench/pool_efficiency.py hands them a timing-only attempt instead,
 so the benchmark measures this very code rather than a copy of it.
 
+The unit of work is one trial of a task (`TaskTrial`; a plain `BenchmarkTask` is its trial 1): a
+run with `trials = K` queues K units per task, each attempted from its own fresh reset with its
+own infrastructure retries. Attempt numbers count per task across its trials (`WorkQueue.claim_attempt`),
+so two trials of one task running at once never share an attempt number or its stored row.
+
 What the core decides: which task a lane starts next (`WorkQueue`, ordered by `longest_first`),
 when a task is attempted again (only after an infrastructure error, on another VM, up to
 `max_attempts`), that every attempt is recorded before its VM goes back to the pool, and when a
@@ -44,28 +49,58 @@ class Budget(Protocol):
     def add(self, result: BenchmarkResult) -> None: ...
 
 
+@dataclass(frozen=True)
+class TaskTrial:
+    """One trial of a task: the unit a lane takes from the queue (trial numbers start at 1)."""
+
+    task: BenchmarkTask
+    trial: int = 1
+
+    @property
+    def task_id(self) -> str:
+        """The task's id (so a unit orders and logs like its task)."""
+        return self.task.task_id
+
+
+WorkUnit = BenchmarkTask | TaskTrial
+
+
+def as_trial(unit: WorkUnit) -> TaskTrial:
+    """A queued unit as a `TaskTrial` (a bare task is its first trial)."""
+    return unit if isinstance(unit, TaskTrial) else TaskTrial(unit, 1)
+
+
 class WorkQueue:
-    """The tasks left to start, and how many are running: lanes share one.
+    """The tasks (or trials of tasks) left to start, and how many are running: lanes share one.
 
     Taking a task and counting it as running happen together, so once the queue is empty the
     running count only falls; a lane that finds no work can then retire its VM when the tasks
     still running (and their retries) have enough VMs without it.
     """
 
-    def __init__(self, tasks: list[BenchmarkTask], first_attempts: dict[str, int] | None = None) -> None:
-        self._todo: deque[BenchmarkTask] = deque(tasks)
+    def __init__(self, tasks: list[WorkUnit], first_attempts: dict[str, int] | None = None) -> None:
+        self._todo: deque[WorkUnit] = deque(tasks)
         self._closed = False
         self._abandoned = False
         self._running = 0
         self._lock = threading.Lock()
         # Lowest attempt number per task when the attempts so far are stored elsewhere (shards).
         self._first_attempts = dict(first_attempts or {})
+        self._next_attempts = dict(self._first_attempts)  # the next number each task hands out
 
     def first_attempt(self, task_id: str) -> int | None:
         """The lowest attempt number `task_id` may use, if one was given."""
         return self._first_attempts.get(task_id)
 
-    def take(self) -> BenchmarkTask | None:
+    def claim_attempt(self, task_id: str) -> int:
+        """A fresh attempt number for `task_id` (from its first attempt on, 1 by default): trials
+        of one task running at once each get their own."""
+        with self._lock:
+            number = self._next_attempts.get(task_id, 1)
+            self._next_attempts[task_id] = number + 1
+            return number
+
+    def take(self) -> WorkUnit | None:
         """The next task to start (now counted as running), or None when none is left."""
         with self._lock:
             if not self._todo or self._closed:
@@ -109,7 +144,7 @@ class WorkQueue:
             return self._running
 
 
-def longest_first(tasks: list[BenchmarkTask], expected_seconds: dict[str, float]) -> list[BenchmarkTask]:
+def longest_first(tasks: list[WorkUnit], expected_seconds: dict[str, float]) -> list[WorkUnit]:
     """Tasks in the order lanes should start them: never-timed tasks, then longest first.
 
     Starting long tasks early keeps the end of a run from waiting on one long task while the
@@ -160,24 +195,26 @@ class AttemptHooks:
     logger: Logger
 
 
-def attempt_loop(task: BenchmarkTask, schedule: Schedule, hooks: AttemptHooks) -> BenchmarkResult | None:
-    """Attempt a task until it ends for a non-infrastructure reason or attempts run out.
+def attempt_loop(unit: WorkUnit, schedule: Schedule, hooks: AttemptHooks) -> BenchmarkResult | None:
+    """Attempt one trial of a task (a bare task: its trial 1) until it ends for a
+    non-infrastructure reason or its `max_attempts` attempts run out.
 
-    Every attempt is recorded as it finishes; an infrastructure failure hands the VM back as
-    unhealthy (the pool replaces it) and the next attempt runs on another VM. Attempt numbers
-    start at the queue's first attempt for the task (`WorkQueue.first_attempt`: after those a
-    resumed run or a shard's controller already stored). No retry starts once the budget is exhausted. Returns the last attempt's result;
-    None if the budget or an empty pool stopped the task before its first attempt, or if the
-    stop abandoned the attempt (then nothing is recorded).
+    Every attempt is recorded as it finishes, carrying its trial number; an infrastructure
+    failure hands the VM back as unhealthy (the pool replaces it) and the next attempt runs on
+    another VM. Attempt numbers come from the queue (`WorkQueue.claim_attempt`: from the task's
+    first attempt, after those a resumed run or a shard's controller already stored, counting on
+    across the task's trials). No retry starts once the budget is exhausted. Returns the last
+    attempt's result; None if the budget or an empty pool stopped the trial before its first
+    attempt, or if the stop abandoned the attempt (then nothing is recorded).
     """
     work, pool, budget = schedule.work, schedule.pool, schedule.budget
+    task, trial = as_trial(unit).task, as_trial(unit).trial
     result: BenchmarkResult | None = None
-    first = work.first_attempt(task.task_id) or 1
-    for attempt in range(first, first + schedule.max_attempts):
+    for tries in range(1, schedule.max_attempts + 1):
         if budget is not None and budget.exhausted():
             break
         try:
-            lease = pool.lease(retry=attempt > first)  # a retry is served before new tasks
+            lease = pool.lease(retry=tries > 1)  # a retry is served before new tasks
             vm = lease.__enter__()
         except ProviderError as exc:
             # No VM is left (every server retired): the task stays without a final result and
@@ -185,10 +222,11 @@ def attempt_loop(task: BenchmarkTask, schedule: Schedule, hooks: AttemptHooks) -
             hooks.logger.warning("task %s not attempted: %s", task.task_id, exc)
             break
         leased = time.monotonic()
+        attempt = work.claim_attempt(task.task_id)
         try:
             result = hooks.attempt(task, vm, attempt)
             vm_seconds = time.monotonic() - leased
-            result = result.model_copy(update={"timings": {**result.timings, "vm": vm_seconds}})
+            result = result.model_copy(update={"timings": {**result.timings, "vm": vm_seconds}, "trial": trial})
             if work.abandoned:
                 hooks.logger.warning("task %s: attempt %d abandoned by the stop, not recorded", task.task_id, attempt)
                 return None
@@ -201,15 +239,16 @@ def attempt_loop(task: BenchmarkTask, schedule: Schedule, hooks: AttemptHooks) -
         if not result.outcome.is_retryable:
             break
         # A problem of the environment: said at WARNING, so a filter on problems finds it.
-        last = attempt == first + schedule.max_attempts - 1
-        hooks.logger.warning("task %s attempt %d on %s: infrastructure error (%s); %s", task.task_id, attempt,
+        last = tries == schedule.max_attempts
+        hooks.logger.warning("task %s%s attempt %d on %s: infrastructure error (%s); %s", task.task_id,
+                             f" trial {trial}" if trial > 1 else "", attempt,
                              vm.vm_id, (result.error or result.reason or "")[:200],
                              "no attempt left: the task has no final result" if last else "retrying on another VM")
     return result
 
 
 def lane_loop(
-    schedule: Schedule, run_task: Callable[[BenchmarkTask], BenchmarkResult | None], logger: Logger
+    schedule: Schedule, run_task: Callable[[Any], BenchmarkResult | None], logger: Logger
 ) -> list[BenchmarkResult]:
     """Run tasks from the queue with `run_task`, one at a time, until the queue is empty, the
     budget runs out or the pool has no VM left; returns the results `run_task` gave.

@@ -34,6 +34,10 @@ class RunCompleteness(BaseModel):
     missing_by_domain: dict[str, int] = Field(default_factory=dict)
     cost_usd: float | None = None  # model cost + VM cost of this invocation (budget accounting)
     tokens: int | None = None
+    # Runs with repeated trials (None otherwise): trials wanted, and those with a final result.
+    # A task counts as final above only once every one of its trials is.
+    trials_selected: int | None = None
+    trials_final: int | None = None
 
     @property
     def missing(self) -> int:
@@ -135,6 +139,9 @@ def completeness_lines(completeness: RunCompleteness) -> list[str]:
         f"status: {completeness.status}   selected: {completeness.selected}   "
         f"final results: {completeness.final}   missing: {completeness.missing}"
     ]
+    if completeness.trials_selected is not None:
+        lines[0] += (f"   trials: {completeness.trials_final}/{completeness.trials_selected} with a final result "
+                     f"({completeness.final}/{completeness.selected} tasks with every trial done)")
     if completeness.budget_reason:
         lines.append(
             f"STOPPED BY BUDGET: {completeness.budget_reason}; {completeness.not_started} task(s) not started"
@@ -221,10 +228,18 @@ class BudgetReading(Protocol):
     def cost_usd(self) -> float: ...
 
 
-def run_completeness(store: ResultStore, run_id: str, tasks: list[BenchmarkTask], budget: BudgetReading) -> RunCompleteness:
-    """What share of the selected tasks has a final result, and why the rest has none."""
-    final = store.finished_task_ids(run_id)
-    latest = {r["task_id"]: r["outcome"] for r in store.latest_attempts(run_id)}
+def run_completeness(store: ResultStore, run_id: str, tasks: list[BenchmarkTask], budget: BudgetReading,
+                     trials: dict[str, int] | None = None) -> RunCompleteness:
+    """What share of the selected tasks has a final result, and why the rest has none.
+
+    `trials` (per task, the trials the run wants; 1 each when None): a task is final once every
+    one of its trials has a final result; trials are counted beside when any task has more than one.
+    """
+    wanted = {t.task_id: (trials or {}).get(t.task_id, 1) for t in tasks}
+    finished = store.finished_trials(run_id)
+    final = {t for t, k in wanted.items() if all((t, n) in finished for n in range(1, k + 1))}
+    latest_rows = store.latest_attempts(run_id)
+    latest = {r["task_id"]: r["outcome"] for r in latest_rows}
     selected = {t.task_id for t in tasks}
     missing_by_domain: dict[str, int] = {}
     for t in tasks:
@@ -244,11 +259,17 @@ def run_completeness(store: ResultStore, run_id: str, tasks: list[BenchmarkTask]
         selected=task_count,
         final=n_final,
         not_started=len(selected - set(latest)),
-        retries_exhausted=sum(1 for t in selected if latest.get(t) == OutcomeKind.INFRASTRUCTURE_ERROR.value),
+        retries_exhausted=sum(
+            1 for t in selected - final
+            if any(r["task_id"] == t and r["outcome"] == OutcomeKind.INFRASTRUCTURE_ERROR.value for r in latest_rows)
+        ),
         budget_reason=budget.reason,
         missing_by_domain=missing_by_domain,
         cost_usd=round(budget.cost_usd(), 6),
         tokens=budget.tokens,
+        **({"trials_selected": sum(wanted.values()),
+            "trials_final": sum(1 for t, n in finished if t in wanted and n <= wanted[t])}
+           if any(k > 1 for k in wanted.values()) else {}),
     )
 
 
@@ -260,3 +281,20 @@ def problem_sections(pool_errors: list[str], shard_errors: list[str]) -> tuple[s
             text += f"\n{title}:\n" + "\n".join(f"  {e}" for e in lines)
             markdown += f"\n\n**{title[0].upper() + title[1:]}**\n\n" + "\n".join(f"- {e}" for e in lines)
     return text, markdown
+
+
+def trials_section(rows: list[dict[str, Any]]) -> tuple[str, str]:
+    """For a run with repeated trials (rows: its final attempt per task and trial), the suite
+    rate as the mean of per-task fractions with both estimands' intervals and pass@k / pass^k
+    (adapters/results/trials/report.py), as text and markdown to append to the summary; empty
+    for a single-trial run, whose summary stays as it was. Without SciPy one line says so."""
+    from adapters.results.trials.report import trial_lines
+
+    lines = trial_lines(rows)
+    if lines is None:
+        return "", ""
+    text = ("\nrepeated trials (the rows above count trials as if independent; these intervals account for "
+            "trials grouped by task):\n" + "\n".join(f"  {line}" for line in lines))
+    markdown = "\n\n**Repeated trials** (the per-domain rows count trials)\n\n" + "\n".join(f"- {line}" for line in lines)
+    return text, markdown
+

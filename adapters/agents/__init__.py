@@ -7,6 +7,8 @@
     anthropic the same prompting agent on Claude through the anthropic SDK
     demo      the prompting agent with a retrieved demonstration in its prompt
     http      your own policy behind an HTTP endpoint (docs/http_policy.md)
+    noisy-scripted  TEST AGENT: the scripted agent failing each task with a known probability,
+              for checking the statistics of repeated trials (never for results)
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ class AgentOptions(BaseModel):
     demo_allow_same_task: bool = False
     policy_url: str | None = None
     policy_headers_env: dict[str, str] = Field(default_factory=dict)
+    # noisy-scripted (a test agent): each task's success probability, from a JSON/TOML file of
+    # task id -> p, and the default for tasks the file does not name.
+    success_probability: float | None = Field(default=None, ge=0, le=1)
+    success_probabilities_path: Path | None = None
 
     @field_validator("base_url", "policy_url")
     @classmethod
@@ -130,10 +136,26 @@ def _http(options: AgentOptions) -> BenchmarkAgent:
     return HttpPolicyAgent(options.policy_url, headers_from_env=options.policy_headers_env or None)
 
 
+@AGENTS.register("noisy-scripted")
+def _noisy_scripted(options: AgentOptions) -> BenchmarkAgent:
+    """TEST AGENT for the statistics of repeated trials (adapters/agents/noisy_scripted.py)."""
+    from adapters.agents.noisy_scripted import DEFAULT_SUCCESS_PROBABILITY, NoisyScriptedAgent, load_probabilities
+
+    if options.plans_path is None:
+        raise ValueError("the noisy-scripted test agent needs a plans file (solutions.json)")
+    probabilities = load_probabilities(options.success_probabilities_path) if options.success_probabilities_path else {}
+    default = DEFAULT_SUCCESS_PROBABILITY if options.success_probability is None else options.success_probability
+    return NoisyScriptedAgent(load_plans(options.plans_path), probabilities, default, seed=options.seed)
+
+
 AGENT_NAMES: tuple[str, ...] = tuple(AGENTS)
 # The agents that call a model (their `model` and `base_url` options mean something): only these
 # can be pointed at a new checkpoint.
 MODEL_AGENTS: frozenset[str] = frozenset({"claude", "openai", "anthropic", "demo"})
+
+DETERMINISTIC_AGENTS: frozenset[str] = frozenset({"scripted", "random"})
+"""Agents whose actions are fixed by their configuration (plans; seed per task): when one of them
+gets different outcomes on the same task version, the environment varied, not the agent."""
 
 
 def build_agent(name: str, options: AgentOptions | None = None) -> BenchmarkAgent:

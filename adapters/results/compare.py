@@ -34,6 +34,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from adapters.results.attempts import keep_final_attempt
+from adapters.results.trials.paired import TrialComparison, render_trial_comparison
+from adapters.results.trials.report import has_repeated_trials
 from adapters.results.rates import RunStatus, is_final, is_sound, rate
 from adapters.store.lease import shown_status
 from adapters.results.report_text import incomplete_text, left_out_text
@@ -171,6 +174,13 @@ class RunComparison(BaseModel):
     # Why no verdict may be drawn although tasks pair (the new run did not finish, or never reached
     # its model: the model update flow); None when the test's verdict stands.
     withheld: str | None = None
+    # When either run has repeated trials: per-task means over trials compared (adapters/results/
+    # trials/paired.py), whose verdict is the comparison's; the table, flips and McNemar test above
+    # then describe each run's first trial only. None for two single-trial runs.
+    trials: TrialComparison | None = None
+    # The adaptive model-update design's decision (better / worse / equivalent / budget_exhausted),
+    # set by the model-update flow when the baseline asks for it (flows/baselines.py).
+    design_decision: str | None = None
 
     def warnings(self) -> list[str]:
         """A line per run that is not complete (its rates leave tasks out)."""
@@ -194,12 +204,15 @@ class RunComparison(BaseModel):
     def verdict(self) -> Verdict:
         """improved / regressed / no significant difference / insufficient data, or no verdict
         when it is withheld."""
-        return "no verdict" if self.withheld else self.test.verdict
+        if self.withheld:
+            return "no verdict"
+        return self.trials.verdict if self.trials is not None else self.test.verdict
 
     @property
     def p_value(self) -> float | None:
-        """The exact McNemar p-value over the paired tasks (None without paired tasks)."""
-        return self.test.p_value
+        """The exact McNemar p-value over the paired tasks (None without paired tasks); with
+        trials, the trial comparison's test's."""
+        return self.trials.estimate().p_value if self.trials is not None else self.test.p_value
 
     @property
     def overall(self) -> DomainComparison:
@@ -222,18 +235,20 @@ def _final_rows(rows: Iterable[Mapping[str, Any]], run_id: str) -> dict[str, Map
                 f"{', '.join(_REQUIRED)} (and domain), as in the latest_task_results view"
             )
         task_id = str(row["task_id"])
-        earlier = by_task.get(task_id)
-        if earlier is None:
-            by_task[task_id] = row
-            continue
-        if row.get("attempt") is None or earlier.get("attempt") is None or row["attempt"] == earlier["attempt"]:
-            raise ValueError(
-                f"run {run_id!r} has task {task_id!r} more than once without distinct attempt "
-                "numbers; pass one row per task (latest_task_results) or rows with `attempt`"
-            )
-        if int(row["attempt"]) > int(earlier["attempt"]):
-            by_task[task_id] = row
+        keep_final_attempt(by_task, task_id, row, lambda task_id=task_id: ValueError(
+            f"run {run_id!r} has task {task_id!r} more than once without distinct attempt "
+            "numbers; pass one row per task (latest_task_results) or rows with `attempt`"
+        ))
     return by_task
+
+
+def _trial(row: Mapping[str, Any]) -> int:
+    return int(row.get("trial") or 1)
+
+
+def _with_trial(row: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A row with its trial number (rows from before trials are trial 1)."""
+    return row if "trial" in row else {**row, "trial": 1}
 
 
 def _domain(row: Mapping[str, Any]) -> str:
@@ -336,6 +351,16 @@ def compare_runs(
     """
     if not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
         raise ValueError(f"alpha must be between 0 and 1 (exclusive), got {alpha!r}")
+    baseline_rows, new_rows = list(baseline_rows), list(new_rows)
+    trials: TrialComparison | None = None
+    if has_repeated_trials(baseline_rows) or has_repeated_trials(new_rows):
+        # Per-task means over trials decide; the classic table below shows each run's first trial.
+        from adapters.results.trials.paired import compare_trial_rows
+
+        trials = compare_trial_rows([_with_trial(r) for r in baseline_rows], [_with_trial(r) for r in new_rows],
+                                    alpha=alpha, confidence=1 - alpha)
+        baseline_rows = [r for r in baseline_rows if _trial(r) == 1]
+        new_rows = [r for r in new_rows if _trial(r) == 1]
     base = _final_rows(baseline_rows, baseline_run_id)
     new = _final_rows(new_rows, new_run_id)
 
@@ -393,6 +418,7 @@ def compare_runs(
         only_in_new=sorted(new.keys() - base.keys()),
         baseline_status=baseline_status,
         new_status=new_status,
+        trials=trials,
         test=PairedTest(
             alpha=alpha,
             paired_tasks=len(pairs),
@@ -412,16 +438,17 @@ def compare_runs(
 # Filtering by run before numbering attempts keeps the work proportional to the run without
 # relying on DuckDB to push the filter through the view's window.
 _FINAL_ATTEMPTS_SQL = """
-    SELECT task_id, domain, attempt, success, outcome, task_fingerprint
+    SELECT task_id, domain, attempt, success, outcome, task_fingerprint, trial
     FROM task_results
     WHERE run_id = ?
-    QUALIFY row_number() OVER (PARTITION BY task_id ORDER BY attempt DESC) = 1
-    ORDER BY task_id
+    QUALIFY row_number() OVER (PARTITION BY task_id, trial ORDER BY attempt DESC) = 1
+    ORDER BY task_id, trial
 """
 
 
 def final_attempts(source: ResultsSource, run_id: str) -> list[dict[str, Any]]:
-    """task_id, domain, attempt, success, outcome of each task's final attempt in a run.
+    """task_id, domain, attempt, success, outcome, task_fingerprint, trial of the final attempt
+    of each (task, trial) of a run (one row per task in a single-trial run).
 
     Raises `UnknownRunError` when the run is not in the database.
     """
@@ -460,8 +487,12 @@ def _run_status(conn: Any, run_id: str, rows: list[dict[str, Any]]) -> RunStatus
     row = conn.execute("SELECT * FROM runs WHERE run_id = ?", [run_id])
     values = dict(zip([d[0] for d in row.description], row.fetchone()))  # older files lack later columns
     status = shown_status(values.get("status"), values.get("controller"), values.get("heartbeat_at"))
+    # A task is final once every one of its trials is (rows: final attempt per task and trial).
+    finals: dict[str, bool] = {}
+    for r in rows:
+        finals[str(r["task_id"])] = finals.get(str(r["task_id"]), True) and is_final(str(r["outcome"]))
     return RunStatus(run_id=run_id, status=status, selected=values.get("task_count"),
-                     final=sum(is_final(str(r["outcome"])) for r in rows), scoring=values.get("scoring"))
+                     final=sum(finals.values()), scoring=values.get("scoring"))
 
 
 def stored_run_status(source: ResultsSource, run_id: str) -> RunStatus:
@@ -507,6 +538,13 @@ def verdict_sentence(comparison: RunComparison) -> str:
     t = comparison.test
     if comparison.withheld:
         return f"no verdict: {comparison.withheld}"
+    if comparison.trials is not None:
+        c = comparison.trials
+        chosen = c.estimate()
+        interval = "n/a" if chosen.interval is None else f"[{_pts(chosen.interval[0])}, {_pts(chosen.interval[1])}]"
+        return (f"{c.verdict} (per-task means over trials, {len(c.paired)} paired tasks: difference "
+                f"{_pts(c.difference)}, {100 * c.confidence:.0f}% interval {interval}; {chosen.test_method}, "
+                f"p = {format_p_value(chosen.p_value)}, alpha {c.alpha:g}; repeated trials below)")
     if t.verdict == "insufficient data":
         return (
             "insufficient data: the runs have no task in common with a sound environment in both, "
@@ -606,6 +644,9 @@ def comparison_markdown(comparison: RunComparison, title: str) -> str:
             f"Tasks only in the baseline run: {len(comparison.only_in_baseline)}; "
             f"only in the new run: {len(comparison.only_in_new)} (not counted as flips).",
         ]
+    if comparison.trials is not None:
+        lines += ["", "## Repeated trials: per-task means (the verdict's basis; the table above is each run's first trial)",
+                  "", *[f"- {line.strip()}" for line in render_trial_comparison(comparison.trials).splitlines()]]
     return "\n".join(lines) + "\n"
 
 
@@ -654,4 +695,7 @@ def render_comparison_text(comparison: RunComparison) -> str:
         lines += ["", f"only in the baseline run: {', '.join(comparison.only_in_baseline)}"]
     if comparison.only_in_new:
         lines += ["", f"only in the new run: {', '.join(comparison.only_in_new)}"]
+    if comparison.trials is not None:
+        lines += ["", "repeated trials: per-task means (the verdict's basis; the table above is each run's first trial)",
+                  render_trial_comparison(comparison.trials).rstrip("\n")]
     return "\n".join(lines) + "\n"

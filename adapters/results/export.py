@@ -26,7 +26,7 @@ EXPORTS: dict[str, str] = {
     # compare.py) so the work stays proportional to the run.
     "latest_task_results.parquet": (
         "SELECT * FROM task_results WHERE run_id = ? "
-        "QUALIFY row_number() OVER (PARTITION BY task_id ORDER BY attempt DESC) = 1 ORDER BY task_id"
+        "QUALIFY row_number() OVER (PARTITION BY task_id, trial ORDER BY attempt DESC) = 1 ORDER BY task_id, trial"
     ),
 }
 
@@ -61,7 +61,8 @@ def export_run_parquet(
     """Write one run's rows to Parquet files in `out_dir` and return their paths.
 
     Files: runs.parquet (the run's row), task_results.parquet (every attempt), steps.parquet
-    and latest_task_results.parquet (each task's final attempt). `source` is an open
+    and latest_task_results.parquet (the final attempt of each task and trial; `trial` is a
+    column of both result files). `source` is an open
     `ResultStore` or the path of its DuckDB file. `out_dir` is created when missing. Existing
     files are an error (nothing is written) unless `overwrite=True`. Each file is written under
     a temporary name and renamed, so an interrupted export never leaves a truncated file.

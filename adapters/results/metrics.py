@@ -251,16 +251,16 @@ def _run_row(conn: duckdb.DuckDBPyConnection, where: str, run_id: str) -> dict[s
 
 _DOMAIN_SQL = """
 WITH attempts AS (
-    SELECT task_id, count(*) AS attempts,
+    SELECT task_id, trial, count(*) AS attempts,
            coalesce(sum(total_time_seconds), 0) AS time_all, coalesce(sum(vm_seconds), 0) AS vm_all,
            coalesce(sum(input_tokens), 0) AS in_all, coalesce(sum(output_tokens), 0) AS out_all,
            coalesce(sum(cost_usd), 0) AS cost_all
-    FROM task_results WHERE run_id = ? GROUP BY task_id
+    FROM task_results WHERE run_id = ? GROUP BY task_id, trial
 ), final AS (
     SELECT coalesce(l.domain, '') AS dom, l.success, l.score, l.num_steps, l.total_time_seconds,
            l.agent_seconds, l.env_seconds, l.input_tokens, l.output_tokens, l.cost_usd,
            coalesce(l.infeasible, false) AS inf, NOT {sound} AS unsound, a.*
-    FROM latest_task_results l JOIN attempts a USING (task_id)
+    FROM latest_task_results l JOIN attempts a USING (task_id, trial)
     WHERE l.run_id = ?
 )
 SELECT grouping(dom) = 1 AS is_all, dom,
@@ -301,9 +301,10 @@ GROUP BY GROUPING SETS ((dom, outcome), (outcome))
 _TASK_SQL = """
 SELECT l.*, a.attempts
 FROM latest_task_results l
-JOIN (SELECT task_id, count(*) AS attempts FROM task_results WHERE run_id = ? GROUP BY task_id) a USING (task_id)
+JOIN (SELECT task_id, trial, count(*) AS attempts FROM task_results WHERE run_id = ? GROUP BY task_id, trial) a
+    USING (task_id, trial)
 WHERE l.run_id = ?
-ORDER BY l.task_id
+ORDER BY l.task_id, l.trial
 """
 
 # Steps of the final attempts; `SELECT *` so files from before schema 3 (no click_x) work too.

@@ -32,6 +32,7 @@ class Plan:
     wall_seconds: float
     vm_hour_price_usd: float
     model_cost_usd: float
+    trials: int = 1  # episodes per task (`--trials`): work, wall time and model cost count each
 
     @property
     def vm_hours(self) -> float:
@@ -48,8 +49,9 @@ class Plan:
     def render(self) -> str:
         """The plan as the terminal shows it."""
         guessed = self.tasks - self.timed_tasks
+        episodes = f" x {self.trials} trials = {self.tasks * self.trials} episodes" if self.trials > 1 else ""
         lines = [
-            f"plan: {self.tasks} task(s) on {self.pool_size} VM(s)",
+            f"plan: {self.tasks} task(s){episodes} on {self.pool_size} VM(s)",
             f"  recorded durations for {self.timed_tasks}/{self.tasks} task(s)"
             + (f"; the other {guessed} counted as {self.assumed_task_seconds / 60:.1f} min each" if guessed else ""),
             f"  work {self.work_seconds / 60:.1f} min; estimated wall time {self.wall_seconds / 60:.1f} min "
@@ -68,8 +70,11 @@ def make_plan(
     expected_cost: dict[str, float],
     pool_size: int,
     vm_hour_price_usd: float = 0.0,
+    trials: int = 1,
 ) -> Plan:
-    """Estimate wall time and cost of running `task_ids` on `pool_size` VMs."""
+    """Estimate wall time and cost of running `task_ids` on `pool_size` VMs, each `trials` times."""
+    if trials < 1:
+        raise ValueError(f"trials must be at least 1, got {trials}")
     if pool_size < 1:
         raise ValueError(f"pool size must be at least 1, got {pool_size}")
     if vm_hour_price_usd < 0:
@@ -83,10 +88,11 @@ def make_plan(
         timed_tasks=len(known),
         priced_tasks=sum(1 for t in task_ids if t in expected_cost),
         assumed_task_seconds=assumed,
-        work_seconds=sum(durations),
-        wall_seconds=longest_first_makespan(durations, pool_size),
+        work_seconds=sum(durations) * trials,
+        wall_seconds=longest_first_makespan(durations * trials, pool_size),
         vm_hour_price_usd=vm_hour_price_usd,
-        model_cost_usd=sum(expected_cost.get(t, 0.0) for t in task_ids),
+        model_cost_usd=sum(expected_cost.get(t, 0.0) for t in task_ids) * trials,
+        trials=trials,
     )
 
 

@@ -51,6 +51,7 @@ from adapters.results.metrics import (
     compute_run_metrics,
     stored_action,
 )
+from adapters.results.rates import is_sound
 from adapters.results.reference import ReferenceTrajectory
 from adapters.results.report_text import (
     PROVENANCE_FIELDS,
@@ -640,6 +641,51 @@ def _tasks_section(store: ResultStore, metrics: RunMetrics, references: Referenc
     )
 
 
+def _trials_section(store: ResultStore, run_id: str) -> str:
+    """A run with repeated trials: each task's trials side by side (final attempt of each), its
+    success fraction, and the flaky tasks (outcomes that differ between trials) with their trial
+    outcomes, those of a deterministic agent flagged as pointing at the environment
+    (adapters/results/trials/flaky.py). Empty for a single-trial run."""
+    from adapters.results.trials.flaky import task_stability
+    from adapters.results.trials.report import has_repeated_trials
+
+    rows = store.latest_attempts(run_id)
+    if not has_repeated_trials(rows):
+        return ""
+    run = store.get_run(run_id)
+    agent = run.agent if run is not None else ""
+    by_task: dict[str, dict[int, Mapping[str, Any]]] = {}
+    for row in rows:
+        by_task.setdefault(str(row["task_id"]), {})[int(row["trial"])] = row
+    k = max(max(trials) for trials in by_task.values())
+    header = "".join(f"<th>trial {n}</th>" for n in range(1, k + 1))
+    lines = []
+    for task_id, trials in sorted(by_task.items()):
+        cells = "".join(
+            f'<td><span class="badge outcome-{esc(trials[n]["outcome"])}">{esc(trials[n]["outcome"])}</span></td>'
+            if n in trials else "<td class=muted>-</td>" for n in range(1, k + 1))
+        sound = [r for r in trials.values() if is_sound(str(r["outcome"]))]
+        fraction = f"{sum(bool(r['success']) for r in sound)}/{len(sound)}" if sound else "-"
+        domain = next(iter(trials.values())).get("domain") or ""
+        lines.append(f"<tr><td><code>{esc(task_id)}</code></td><td>{esc(domain)}</td>{cells}"
+                     f"<td class=num>{esc(fraction)}</td></tr>")
+    groups = task_stability({**r, "run_id": run_id, "agent": agent} for r in rows)
+    flaky = [g for g in groups if g.flaky]
+    items = "".join(
+        f"<li><code>{esc(g.task_id)}</code> ({esc(g.domain)}): {esc(g.successes)}/{esc(g.sound_trials)} sound trials "
+        f"succeeded: {esc(', '.join(f'trial {t.trial} {t.outcome}' for t in g.trials))}"
+        + (" <strong>(deterministic agent: the environment varied)</strong>" if g.points_at_environment else "")
+        + "</li>" for g in flaky)
+    return (
+        f'<section id="trials"><h2>Trials</h2><p>{len(by_task)} task(s), up to {k} trials each (the final attempt of '
+        "each trial; success over sound trials). The task list below shows each trial's trajectory.</p>"
+        f"<table><tr><th>task</th><th>domain</th>{header}<th class=num>success</th></tr>{''.join(lines)}</table>"
+        f"<h3>Flaky tasks: {len(flaky)}</h3>"
+        + (f"<ul>{items}</ul>" if items else "<p class=muted>no task's outcome differed between its trials</p>")
+        + "</section>"
+    )
+
+
 def render_html_report(metrics: RunMetrics, store: ResultStore, references: References | None = None) -> str:
     """The whole HTML page for already computed metrics (screenshots read from disk via `store`)."""
     label = environment_label(metrics.provenance)
@@ -652,7 +698,8 @@ def render_html_report(metrics: RunMetrics, store: ResultStore, references: Refe
         "style-src 'unsafe-inline'\">"
         f"<title>WAA run {esc(metrics.run_id)}</title><style>{_CSS}</style></head><body>"
         f"<h1>WAA run report <code>{esc(metrics.run_id)}</code></h1>{banner}"
-        f"{_summary_section(metrics)}{_tasks_section(store, metrics, references)}</body></html>\n"
+        f"{_summary_section(metrics)}{_trials_section(store, metrics.run_id)}"
+        f"{_tasks_section(store, metrics, references)}</body></html>\n"
     )
 
 

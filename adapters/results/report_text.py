@@ -301,8 +301,16 @@ def format_text_report(metrics: RunMetrics) -> str:
 
 def render_text_report(store: ResultStore, run_id: str, references: References | None = None) -> str:
     """The terminal report of a run (``arena report RUN``); StoreError naming the run if unknown.
+    A run with repeated trials gets the trial statistics at the end (trials/report.py).
 
     `references` (task id -> ReferenceTrajectory, e.g. from `references_for_run`) adds step and
     grounding accuracy; None leaves them out and the report says so.
     """
-    return format_text_report(compute_run_metrics(store, run_id, references))
+    report = format_text_report(compute_run_metrics(store, run_id, references))
+    from adapters.results.trials.report import trial_lines  # SciPy is imported only for runs with trials
+
+    lines = trial_lines(store.latest_attempts(run_id))
+    if lines is None:
+        return report
+    return (report.rstrip("\n") + "\n\nRepeated trials (the rows above are one per task and trial; these "
+            "intervals account for trials grouped by task):\n" + "\n".join(f"  {line}" for line in lines) + "\n")

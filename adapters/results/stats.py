@@ -5,6 +5,7 @@ Pure Python (``math`` only): scipy is not a base dependency of the project.
     mcnemar_exact(b, c)                              exact McNemar test, two-sided p-value
     paired_difference_interval(a, b, c, d)           Newcombe (1998) method 10, paired data
     unpaired_difference_interval(x1, n1, x2, n2)     Newcombe (1998) method 10, independent
+    wilson_interval_effective(p, n_eff)              Wilson with an effective sample size
 
 The intervals are built from Wilson score intervals (`wilson_interval` below, so
 every interval in a report comes from the same Wilson code):
@@ -45,12 +46,36 @@ def wilson_interval(successes: int, total: int, z: float = 1.959964) -> tuple[fl
     if total <= 0:
         return None
     p = successes / total
-    denom = 1 + z * z / total
-    centre = (p + z * z / (2 * total)) / denom
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
+    centre, half = _wilson_centre_half(p, total, z)
     # At p = 0 or 1 one bound is exactly 0 or 1; floating point would give 1e-17 off.
     low = 0.0 if successes <= 0 else max(0.0, centre - half)
     high = 1.0 if successes >= total else min(1.0, centre + half)
+    return low, high
+
+
+def _wilson_centre_half(p: float, n: float, z: float) -> tuple[float, float]:
+    """The Wilson interval's centre and half-width for proportion `p` observed over `n`."""
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return centre, half
+
+
+def wilson_interval_effective(p: float, effective_n: float, z: float = Z95) -> Interval:
+    """Wilson score interval for an estimated proportion `p` whose variance equals that of a
+    binomial proportion over `effective_n` trials (n_eff = p(1 - p) / variance).
+
+    This is the design-effect adjusted Wilson interval for clustered data (Korn & Graubard 1998;
+    evaluated for clustered surveys by Dean & Pagano 2015): with `effective_n` equal to a whole
+    number of independent trials and `p` a count over it, it is `wilson_interval`.
+    """
+    if not (0.0 <= p <= 1.0):
+        raise ValueError(f"p must be between 0 and 1, got {p!r}")
+    if not (effective_n > 0 and math.isfinite(effective_n)):
+        raise ValueError(f"effective_n must be a positive finite number, got {effective_n!r}")
+    centre, half = _wilson_centre_half(p, effective_n, _z(z))
+    low = 0.0 if p <= 0 else max(0.0, centre - half)
+    high = 1.0 if p >= 1 else min(1.0, centre + half)
     return low, high
 
 

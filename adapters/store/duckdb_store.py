@@ -5,7 +5,7 @@ Query a file with any DuckDB client, e.g. ``duckdb -readonly results.duckdb``, a
 store with psql: the tables and views are the same (in PostgreSQL, DOUBLE is DOUBLE PRECISION).
 All TIMESTAMP columns are UTC (naive timestamps); all durations are in seconds.
 
-Schema (version 8)
+Schema (version 9)
 ------------------
 
 Version 2 added model usage: ``runs.model_endpoint``, and ``model_calls``, ``input_tokens``,
@@ -18,6 +18,8 @@ Version 7 added ``runs.controller`` and ``runs.heartbeat_at`` (the run's lease: 
 per run id, and a run whose controller died shown as abandoned; adapters/store/lease.py).
 Version 8 added ``runs.scoring`` (how a server failure during evaluation counted:
 adapters/outcomes.py R9) and ``steps.delivery`` (how the environment delivered the action).
+Version 9 added ``task_results.trial`` (repeated trials of a task in one run; older rows are
+trial 1) and made the views per (task, trial).
 Older files are upgraded in place when opened; a newer file is refused.
 
 ``schema_version(version INTEGER)``
@@ -89,6 +91,11 @@ Older files are upgraded in place when opened; a newer file is refused.
                                    the demonstration it retrieved), secrets removed
     task_fingerprint     VARCHAR   the hash of the exact task definition attempted (v6;
                                    NULL for older rows): BenchmarkTask.fingerprint
+    trial                INTEGER   v9: which of the run's repeated trials of the task (1..K,
+                                   `arena run --trials K`), each from a fresh reset; 1 for
+                                   single-trial runs and rows before v9. `attempt` keeps
+                                   counting per task across trials, so (run_id, task_id,
+                                   attempt) still identifies an attempt (and its steps)
     ==================== ========= =========================================================
 
 ``steps`` -- one row per agent step; primary key (run_id, task_id, attempt, step_index).
@@ -107,8 +114,8 @@ Older files are upgraded in place when opened; a newer file is refused.
     typed in pieces; NULL when nothing was sent).
 
 ``latest_task_results`` (view) -- task_results restricted to the last attempt of each
-(run_id, task_id). Reports count this view, so a task retried after an infrastructure error
-counts once, with its final outcome.
+(run_id, task_id, trial). Reports count this view, so a task retried after an infrastructure
+error counts once per trial, with its final outcome; a single-trial run has one row per task.
 
 Example::
 
@@ -123,7 +130,6 @@ import datetime as dt
 import hashlib
 import json
 import os
-import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -136,7 +142,7 @@ from pydantic import BaseModel, Field
 from adapters.benchmark import BenchmarkResult, ModelUsage, OutcomeKind
 import adapters.store.connections as connections
 import adapters.store.postgres as postgres
-from adapters.secrets import is_secret_key, scrub_secrets
+from adapters.secrets import scrub_secrets
 from adapters.store.errors import (
     RunLeaseHeld,
     SchemaVersionError,
@@ -147,7 +153,7 @@ from adapters.store.errors import (
 )
 from adapters.store.lease import Controller, liveness
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 # In-place upgrades: MIGRATIONS[v] takes a file from version v to v + 1.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -187,6 +193,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE runs ADD COLUMN scoring VARCHAR",
         "ALTER TABLE steps ADD COLUMN delivery VARCHAR",
     ),
+    # Every earlier attempt was the one trial of its task.
+    8: ("ALTER TABLE task_results ADD COLUMN trial INTEGER NOT NULL DEFAULT 1",),
 }
 
 # The outcomes after which a task is done for good; resume skips only these. Derived from the
@@ -259,6 +267,7 @@ _DDL: tuple[str, ...] = (
         cost_usd DOUBLE,
         agent_details JSON,
         task_fingerprint VARCHAR,
+        trial INTEGER NOT NULL DEFAULT 1,
         PRIMARY KEY (run_id, task_id, attempt)
     )
     """,
@@ -290,7 +299,7 @@ _DDL: tuple[str, ...] = (
     """
     CREATE OR REPLACE VIEW latest_task_results AS
     SELECT * FROM task_results
-    QUALIFY row_number() OVER (PARTITION BY run_id, task_id ORDER BY attempt DESC) = 1
+    QUALIFY row_number() OVER (PARTITION BY run_id, task_id, trial ORDER BY attempt DESC) = 1
     """,
 )
 
@@ -299,7 +308,7 @@ _RESULT_COLUMNS: tuple[str, ...] = (
     "num_steps", "error", "reason", "total_time_seconds", "reset_seconds", "setup_seconds",
     "episode_seconds", "evaluate_seconds", "agent_seconds", "env_seconds", "vm_seconds", "vm_id",
     "recorded_at", "timings", "model_calls", "input_tokens", "output_tokens", "cost_usd",
-    "agent_details", "task_fingerprint",
+    "agent_details", "task_fingerprint", "trial",
 )
 _STEP_COLUMNS: tuple[str, ...] = (
     "run_id", "task_id", "attempt", "step_index", "action_type", "action", "screenshot_path",
@@ -824,7 +833,7 @@ class ResultStore:
             result.reason, result.total_time_seconds, *stage_values, result.vm_id, _utcnow(),
             json.dumps(timings, sort_keys=True), *_usage_values(result.usage),
             json.dumps(scrub_secrets(result.agent_details), sort_keys=True, default=str),
-            result.task_fingerprint,
+            result.task_fingerprint, result.trial,
         ]
         step_rows = [
             [
@@ -865,11 +874,12 @@ class ResultStore:
             )
 
     def latest_attempts(self, run_id: str) -> list[dict[str, Any]]:
-        """The last attempt of each task of a run (the `latest_task_results` view), by task id."""
+        """The last attempt of each (task, trial) of a run (the `latest_task_results` view), by
+        task id and trial: one row per task in a single-trial run."""
         with self._session(write=False) as conn:
             return _query(
                 conn,
-                "SELECT * FROM latest_task_results WHERE run_id = ? ORDER BY task_id", [run_id]
+                "SELECT * FROM latest_task_results WHERE run_id = ? ORDER BY task_id, trial", [run_id]
             )
 
     def steps(self, run_id: str, task_id: str, attempt: int | None = None) -> list[dict[str, Any]]:
@@ -902,15 +912,21 @@ class ResultStore:
         return grouped
 
     def finished_task_ids(self, run_id: str) -> set[str]:
-        """Tasks whose last attempt has a final (non-retryable) outcome: skip these on resume."""
+        """Tasks whose first trial's last attempt has a final (non-retryable) outcome: in a
+        single-trial run, the tasks a resume skips (`finished_trials` for runs with trials)."""
+        return {task_id for task_id, trial in self.finished_trials(run_id) if trial == 1}
+
+    def finished_trials(self, run_id: str) -> set[tuple[str, int]]:
+        """The (task_id, trial) pairs whose last attempt has a final (non-retryable) outcome:
+        a resume runs only the other pairs."""
         placeholders = ", ".join("?" * len(_FINAL_OUTCOMES))
         with self._session(write=False) as conn:
             rows = conn.execute(
-                f"SELECT task_id FROM latest_task_results WHERE run_id = ? "
+                f"SELECT task_id, trial FROM latest_task_results WHERE run_id = ? "
                 f"AND outcome IN ({placeholders})",
                 [run_id, *_FINAL_OUTCOMES],
             ).fetchall()
-        return {r[0] for r in rows}
+        return {(str(r[0]), int(r[1])) for r in rows}
 
     def next_attempt(self, run_id: str, task_id: str) -> int:
         """The attempt number to use for the next try of a task (1 if never recorded)."""
@@ -918,10 +934,13 @@ class ResultStore:
 
     def next_attempts(self, run_id: str) -> dict[str, int]:
         """The next attempt number of every task with attempts stored in `run_id`, in one read
-        (a run reads them once when its pool starts, not once per task)."""
+        (a run reads them once when its pool starts, not once per task). Steps count too: an
+        attempt whose result row was deleted (to run that trial again) keeps its number."""
         with self._session(write=False) as conn:
             rows = conn.execute(
-                "SELECT task_id, max(attempt) + 1 FROM task_results WHERE run_id = ? GROUP BY task_id", [run_id]
+                "SELECT task_id, max(attempt) + 1 FROM (SELECT task_id, attempt FROM task_results WHERE run_id = ? "
+                "UNION ALL SELECT task_id, attempt FROM steps WHERE run_id = ?) AS stored GROUP BY task_id",
+                [run_id, run_id],
             ).fetchall()
         return {str(task_id): int(number) for task_id, number in rows}
 

@@ -40,7 +40,8 @@ VIEW_DDL = """
     SELECT * FROM task_results t
     WHERE NOT EXISTS (
         SELECT 1 FROM task_results later
-        WHERE later.run_id = t.run_id AND later.task_id = t.task_id AND later.attempt > t.attempt
+        WHERE later.run_id = t.run_id AND later.task_id = t.task_id AND later.trial = t.trial
+          AND later.attempt > t.attempt
     )
 """
 

@@ -260,6 +260,7 @@ def _write_trajectories(episodes: Iterator[Episode], work: Path, images: ImageMo
             _line(handle, {
                 "schema": TRAJECTORY_SCHEMA, "schema_version": TRAJECTORY_SCHEMA_VERSION,
                 "run_id": episode.run.run_id, "task_id": episode.task_id, "attempt": episode.attempt,
+                "trial": episode.trial,
                 "domain": episode.domain, "instruction": texts.instruction(episode.run.suite, episode.task_id),
                 "suite": episode.run.suite, "suite_fingerprint": episode.run.suite_hash,
                 "agent": episode.run.agent, "model": episode.run.model_id,
@@ -305,6 +306,7 @@ def _write_sft(episodes: Iterator[Episode], work: Path, images: ImageMode, texts
                     answer = f"{step.reasoning.strip()}\n{action}" if step.reasoning else str(action)
                     user = user_prompt(str(instruction), step.window_title, previous)
                     meta = {"run_id": episode.run.run_id, "task_id": episode.task_id, "attempt": episode.attempt,
+                            "trial": episode.trial,
                             "step_index": step.index, "domain": episode.domain, "success": episode.success,
                             "suite_fingerprint": episode.run.suite_hash}
                     if images == "files":

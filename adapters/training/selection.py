@@ -114,11 +114,12 @@ class Episode:
     error: str | None
     timings: dict[str, float | None]
     steps: list[StepRow] = field(default_factory=list)
+    trial: int = 1  # which of the run's repeated trials of the task (task_results.trial)
 
 
 _EPISODE_COLUMNS = ("t.run_id, t.task_id, t.domain, t.attempt, t.outcome, t.success, t.score, t.infeasible, "
                     "t.reason, t.error, t.total_time_seconds, t.reset_seconds, t.setup_seconds, "
-                    "t.episode_seconds, t.evaluate_seconds, t.agent_seconds, t.env_seconds")
+                    "t.episode_seconds, t.evaluate_seconds, t.agent_seconds, t.env_seconds, t.trial")
 _TIMING_NAMES = ("total", "reset", "setup", "episode", "evaluate", "agent", "env")
 
 
@@ -126,7 +127,7 @@ def iter_episodes(source: ResultsSource, selection: EpisodeFilter, *, with_steps
     """The selected episodes in (run, task, attempt) order, each with its steps (streamed in
     batches; none when not `with_steps`). UnknownRunError when a run id is not stored."""
     where, params = selection.where()
-    final = ("QUALIFY row_number() OVER (PARTITION BY t.run_id, t.task_id ORDER BY t.attempt DESC) = 1"
+    final = ("QUALIFY row_number() OVER (PARTITION BY t.run_id, t.task_id, t.trial ORDER BY t.attempt DESC) = 1"
              if selection.final_attempts_only else "")
     episode_sql = (f"SELECT {_EPISODE_COLUMNS} FROM task_results t JOIN runs r USING (run_id) "
                    f"WHERE {where} {final} ORDER BY t.run_id, t.task_id, t.attempt")
@@ -159,7 +160,7 @@ def _episode(runs: dict[str, RunMeta], row: tuple[Any, ...], steps: list[StepRow
     return Episode(
         run=runs[row[0]], task_id=row[1], domain=row[2], attempt=row[3], outcome=row[4], success=bool(row[5]),
         score=row[6], infeasible=row[7], reason=row[8], error=row[9],
-        timings=dict(zip(_TIMING_NAMES, row[10:17])), steps=steps,
+        timings=dict(zip(_TIMING_NAMES, row[10:17])), steps=steps, trial=int(row[17] or 1),
     )
 
 

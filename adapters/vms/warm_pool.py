@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from adapters.vms.base import Billing, ProviderError, VMHandle, VMProvider, VMState
-from adapters.vms.defaults import DEFAULT_POOL_TTL_HOURS
 
 # Pool names become parts of cloud resource names (Azure allows 64 characters for a VM name, and
 # the provider shortens longer ones with a hash): keep them short and plain.

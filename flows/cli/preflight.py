@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from flows.cli.common import (AGENT_CHOICES, CLOUD_CONFIG_HELP, DB_HELP, EXIT_FAILED, EXIT_OVER_BUDGET, default_db,
                               invoked_as, store_location)
@@ -24,20 +25,47 @@ def _plan(args: argparse.Namespace) -> int:
     if not tasks:
         raise ValueError(f"no task of {suite} matches the selection")
     ids = [t.task_id for t in tasks]
+    if args.trials is not None and args.trials < 1:
+        raise ValueError(f"--trials {args.trials}: must be at least 1")
+    if args.baseline_rate is not None and not 0 <= args.baseline_rate <= 1:
+        raise ValueError(f"--baseline-rate {args.baseline_rate}: must be between 0 and 1")
     expected: dict[str, float] = {}
     costs: dict[str, float] = {}
+    history = None
     if isinstance(args.db, str) or args.db.exists():  # no results file yet: nothing is known
         from adapters.store.duckdb_store import ResultStore
 
         with ResultStore(args.db, read_only=True) as store:
             expected, costs = store.expected_seconds(ids, args.agent), store.expected_cost(ids, args.agent)
-    plan = make_plan(ids, expected, costs, args.pool_size, args.vm_hour_price)
+            if args.trials is not None:
+                from adapters.results.trials.history import planning_history
+
+                history = planning_history(store, ids, args.agent)
+    trials = args.trials or 1  # every trial is one more episode of its task: time and cost scale with them
+    plan = make_plan(ids, expected, costs, args.pool_size, args.vm_hour_price, trials)
     print(plan.render())
+    if args.trials is not None:
+        print(_detectable_difference(len(ids), args.trials, args.baseline_rate, history))
     if args.max_cost is not None and plan.cost_usd > args.max_cost:
         print(f"refused: the estimated cost ${plan.cost_usd:.2f} is above --max-cost ${args.max_cost:.2f}",
               file=sys.stderr)
         return EXIT_OVER_BUDGET
     return 0
+
+
+def _detectable_difference(tasks: int, trials: int, baseline_rate: float | None, history: Any) -> str:
+    """The plan's line for `--trials`: the smallest difference the design detects at 80 % power
+    (adapters/results/trials/planning.py), from the baseline's rate and the trial-to-trial
+    variance earlier runs of the agent showed, or stated defaults."""
+    from adapters.results.trials.planning import plan_mde
+
+    rate, source = baseline_rate, "--baseline-rate"
+    if rate is None and history is not None and history.baseline_rate is not None:
+        rate, source = history.baseline_rate, f"earlier runs of the agent ({history.runs})"
+    if rate is None:
+        rate, source = 0.5, "the default 0.5 (no earlier run of the agent on these tasks; set --baseline-rate)"
+    planned = plan_mde(tasks, trials, rate, None if history is None else history.variance)
+    return f"  {planned.render()}; baseline rate from {source}"
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -124,5 +152,12 @@ def add_plan(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argpars
     plan.add_argument("--pool-size", type=int, default=4, help="number of VMs (default 4)")
     plan.add_argument("--vm-hour-price", type=float, default=0.0, help="USD per VM-hour (default 0)")
     plan.add_argument("--max-cost", type=float, help="USD: exit 4 when the estimate is above it")
+    plan.add_argument(
+        "--trials", type=int, metavar="K",
+        help="plan K trials per task: time and cost for every trial, and the smallest difference such a comparison "
+        "detects at 80%% power (baseline rate and trial-to-trial variance from earlier runs of --agent)",
+    )
+    plan.add_argument("--baseline-rate", type=float, metavar="P",
+                      help="with --trials: the baseline's success rate to plan with (default: from earlier runs)")
     plan.add_argument("--db", type=store_location, default=default_db(), help=DB_HELP)
     plan.set_defaults(func=_plan)

@@ -26,6 +26,7 @@ _CONFIG_OPTIONS = {
     "suite_dir": "--suite", "difficulty": "--difficulty", "domains": "--domain", "task_ids": "--task",
     "agent": "--agent", "pool_size": "--pool-size", "reset_level": "--reset-level", "max_steps": "--max-steps",
     "settle": "--settle", "episode_timeout_seconds": "--episode-timeout", "max_attempts": "--max-attempts",
+    "trials": "--trials",
     "artifacts_dir": "--artifacts", "run_id": "--run-id", "change_selection": "--change-selection",
     "quirks": "--quirks", "provider": "--provider", "cloud_config": "--cloud-config", "warm_pool": "--warm-pool",
     "suite_flavor": "--suite-flavor", "scoring": "--scoring", "max_wall_seconds": "--max-wall-seconds",
@@ -241,6 +242,11 @@ def add_run(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argparse
     run.add_argument("--max-steps", type=int)
     run.add_argument("--episode-timeout", type=float, help="wall-clock seconds per episode")
     run.add_argument("--max-attempts", type=int, help="attempts per task for infrastructure errors")
+    run.add_argument(
+        "--trials", type=int, metavar="K",
+        help="run each task K times, each trial from a fresh reset (default 1); the summary adds the rate over "
+        "trials with its intervals and pass@k / pass^k (docs/statistics.md); a resume runs only missing trials",
+    )
     run.add_argument("--db", type=store_location, help=DB_HELP)
     run.add_argument("--artifacts", type=Path, help="screenshot directory (default results/artifacts)")
     run.add_argument("--run-id", help="resume or name a run")

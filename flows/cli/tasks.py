@@ -1,11 +1,12 @@
-"""Task suites: `arena tasks list`, `coverage`, `lint` and `new`."""
+"""Task suites: `arena tasks list`, `coverage`, `lint` and `new`; `arena tasks stability`: per-task
+stability across stored runs and trials."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from flows.cli.common import command_line
+from flows.cli.common import DB_HELP, command_line, default_db, store_location
 
 
 def _tasks_list(args: argparse.Namespace) -> int:
@@ -83,8 +84,22 @@ def _tasks_new(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tasks_stability(args: argparse.Namespace) -> int:
+    from adapters.results.trials.stability import stability_report
+    from adapters.store.duckdb_store import ResultStore
+
+    if args.runs is not None and args.runs < 1:
+        raise ValueError(f"--runs {args.runs}: must be at least 1")
+    if not isinstance(args.db, str) and not args.db.exists():
+        raise ValueError(f"--db {args.db}: no results database there")
+    with ResultStore(args.db, read_only=True) as store:
+        text, groups = stability_report(store, agent=args.agent, model=args.model, runs=args.runs)
+    print(text if groups else "no stored results match (--agent, --model)")
+    return 0
+
+
 def add_tasks(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argparse's type
-    """`arena tasks list|coverage|lint|new`."""
+    """`arena tasks list|coverage|lint|new|stability`."""
     tasks = sub.add_parser("tasks", help="inspect task suites")
     tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True)
     listing = tasks_sub.add_parser("list", help="tasks per domain")
@@ -123,6 +138,14 @@ def add_tasks(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argpar
     coverage = tasks_sub.add_parser("coverage", help="which tasks have every setup step, getter and metric supported")
     _add_suite_selection(coverage, ids_help="a line for every task, supported or not")
     coverage.set_defaults(func=_tasks_coverage)
+    stability = tasks_sub.add_parser(
+        "stability", help="per-task stability across stored runs and trials: flaky tasks with their trial outcomes, "
+        "those of a deterministic agent (scripted, random) flagged as environment problems")
+    stability.add_argument("--db", type=store_location, default=default_db(), help=DB_HELP)
+    stability.add_argument("--agent", help="only runs of this agent")
+    stability.add_argument("--model", help="only runs of this model id")
+    stability.add_argument("--runs", type=int, metavar="N", help="only the N most recent matching runs")
+    stability.set_defaults(func=_tasks_stability)
 
 
 def _add_suite_selection(parser: argparse.ArgumentParser, ids_help: str) -> None:

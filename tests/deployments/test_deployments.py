@@ -122,6 +122,13 @@ def test_model_update_config_replaces_model_and_endpoint(tmp_path: Path) -> None
     assert baseline_config(baseline).agent_options.model == "base"
 
 
+def test_a_baselines_trials_reach_its_runs(tmp_path: Path) -> None:
+    file = tmp_path / "b.toml"
+    file.write_text('version = 1\n[[baselines]]\nname = "s"\nagent = "scripted"\ntrials = 3\n')
+    (baseline,) = load_baselines(file)
+    assert baseline.trials == 3 and baseline_config(baseline).trials == 3
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
@@ -138,6 +145,9 @@ def test_model_update_config_replaces_model_and_endpoint(tmp_path: Path) -> None
         ("version = 1\n[[baselines]]\nname = 'a'\nagent = 'scripted'\nprovider = 'existing'\nreset_level = 'setup'\n",
          "needs at least one WAA server URL"),
         ("version = 1\n[[baselines]\n", "not valid TOML"),
+        ("version = 1\n[[baselines]]\nname = 'a'\nagent = 'scripted'\ntrials = 0\n",
+         "baseline #1 ('a'): trials: Input should be greater than or equal to 1"),
+        ("version = 1\n[[baselines]]\nname = 'a'\nagent = 'scripted'\ntrials = 'three'\n", "baseline #1 ('a'): trials:"),
     ],
 )
 def test_load_baselines_errors_name_file_and_entry(tmp_path: Path, content: str, message: str) -> None:

@@ -132,13 +132,13 @@ def _inject_on_first_attempt(monkeypatch: pytest.MonkeyPatch, task_id: str, befo
 
     original = engine.run_attempt
 
-    def run_attempt(task: BenchmarkTask, vm: Any, ctx: Any, attempt: int) -> Any:
+    def run_attempt(task: BenchmarkTask, vm: Any, ctx: Any, attempt: int, **options: Any) -> Any:
         if task.task_id == task_id and attempt == 1:
             factory = ctx.agent_factory
             ctx = dataclasses.replace(
                 ctx, agent_factory=lambda: _WrappedAgent(factory(), lambda step: before_act(vm, step))
             )
-        return original(task, vm, ctx, attempt)
+        return original(task, vm, ctx, attempt, **options)
 
     monkeypatch.setattr(engine, "run_attempt", run_attempt)
 

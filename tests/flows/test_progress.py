@@ -23,7 +23,7 @@ def _result(task_id: str, outcome: OutcomeKind, cost: float = 0.0, tokens: int =
 def test_progress_counts_success_errors_cost_and_eta(prefect_server: None, tmp_path: Path) -> None:
     side = tmp_path / "progress.json"
     progress = RunProgress("r", selected=4, final=0, side_file=side)
-    progress.expect_attempts({"a": 2, "b": 2, "c": 2, "d": 2})  # two attempts each
+    progress.expect_attempts(2)  # two attempts each
     progress.recorded(_result("a", OutcomeKind.SUCCESS, cost=0.01, tokens=100))
     progress.recorded(_result("b", OutcomeKind.INFRASTRUCTURE_ERROR))  # retried: not done yet
     progress.recorded(_result("b", OutcomeKind.AGENT_FAILURE, cost=0.02, tokens=50, attempt=2))
@@ -69,3 +69,21 @@ def test_the_progress_line_says_when_rates_are_scored_as_waa_scores_them() -> No
     snapshot = {"final": 2, "selected": 4, "successes": 1, "scored": 2, "status": "running"}
     assert "scoring" not in progress_line({**snapshot, "scoring": "strict"})
     assert "success 1/2 50% (scoring waa-compat)" in progress_line({**snapshot, "scoring": "waa-compat"})
+
+
+def test_progress_with_trials_counts_trials_and_tasks(tmp_path: Path) -> None:
+    """A run with repeated trials: "5/6 trials, 1/2 tasks done"; a trial out of retries is done."""
+    side = tmp_path / "progress.json"
+    progress = RunProgress("r", selected=6, final=1, side_file=side, trials_per_task={"a": 3, "b": 3},
+                           done_per_task={"a": 1})
+    progress.expect_attempts(2)
+    for trial in (2, 3):
+        progress.recorded(_result("a", OutcomeKind.SUCCESS).model_copy(update={"trial": trial}))
+    progress.recorded(_result("b", OutcomeKind.AGENT_FAILURE))
+    progress.recorded(_result("b", OutcomeKind.INFRASTRUCTURE_ERROR).model_copy(update={"trial": 2}))
+    data = json.loads(side.read_text())
+    assert (data["done"], data["tasks_done"]) == (4, 1)  # b's trial 2 has a retry left
+    progress.recorded(_result("b", OutcomeKind.INFRASTRUCTURE_ERROR, attempt=3).model_copy(update={"trial": 2}))
+    data = json.loads(side.read_text())
+    assert (data["done"], data["retries_exhausted"], data["tasks_done"]) == (5, 1, 1)
+    assert progress_line(data).startswith("5/6 trials, 1/2 tasks done, success 2/3 67%")

@@ -58,3 +58,38 @@ def test_arena_plan_without_a_store_yet_guesses_and_says_so(tmp_path: Path, caps
     assert main(["plan", "--db", str(tmp_path / "none.duckdb"), "--pool-size", "4"]) == 0
     assert "recorded durations for 0/" in capsys.readouterr().out
     assert not (tmp_path / "none.duckdb").exists()  # planning writes nothing
+
+
+def test_arena_plan_with_trials_scales_the_work_and_prints_the_detectable_difference(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--trials K: every trial is an episode; the detectable difference at 80 % power is the
+    planning library's for these tasks, the agent's rate and trial-to-trial variance from the store."""
+    from adapters.results.trials import group_trials, plan_mde, suite_rate, trial_variance
+
+    db = tmp_path / "arena.duckdb"
+    tasks = WAATaskCatalog(bundled_suite_dir()).tasks(domains=["notepad"])
+    outcomes = {t.task_id: [i % 2 == 0, i % 3 == 0, True] for i, t in enumerate(tasks)}
+    rows = []
+    with ResultStore(db) as store:
+        store.start_run(RunInfo(run_id="earlier", agent="noisy-scripted", suite="bundled"))
+        for task in tasks:
+            for trial, ok in enumerate(outcomes[task.task_id], start=1):
+                outcome = OutcomeKind.SUCCESS if ok else OutcomeKind.AGENT_FAILURE
+                store.record_result("earlier", BenchmarkResult(
+                    task_id=task.task_id, domain=task.domain, outcome=outcome, success=ok, attempt=trial, trial=trial,
+                    total_time_seconds=120.0))
+                rows.append({"task_id": task.task_id, "trial": trial, "outcome": outcome.value, "success": ok})
+    args = ["plan", "--db", str(db), "--domain", "notepad", "--agent", "noisy-scripted", "--pool-size", "2"]
+    assert main([*args, "--trials", "4"]) == 0
+    out = capsys.readouterr().out
+    n = len(tasks)
+    assert f"plan: {n} task(s) x 4 trials = {4 * n} episodes on 2 VM(s)" in out
+    assert f"work {4 * n * 2.0:.1f} min" in out
+    grouped = group_trials(rows)
+    expected = plan_mde(n, 4, suite_rate(grouped).rate, trial_variance(grouped))
+    assert f"detectable difference: {100 * expected.mde:.1f} points at 80 % power" in out
+    assert "from earlier runs (" in out and "baseline rate from earlier runs of the agent (1)" in out
+    assert main([*args, "--trials", "4", "--baseline-rate", "0.3"]) == 0
+    assert "baseline rate 30.0 %" in capsys.readouterr().out
+    assert main([*args, "--trials", "0"]) == 2
+    assert "--trials 0: must be at least 1" in capsys.readouterr().err

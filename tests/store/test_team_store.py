@@ -280,3 +280,25 @@ def _has_runs(location: str) -> bool:
             return bool(conn.execute("SELECT count(*) FROM runs").fetchone()[0])
     except Exception:  # noqa: BLE001 - not created yet
         return False
+
+
+def test_a_run_with_trials_lands_in_the_team_store_per_task_and_trial(
+    prefect_server: None, team: str, tmp_path: Path
+) -> None:
+    """`trials = 2` against PostgreSQL: a row per (task, trial), the view per (task, trial), and a
+    comparison of two such runs read back from the team store uses the trial comparison."""
+    from adapters.agents import AgentOptions
+    from adapters.results.compare import compare_stored_runs
+    from flows.evaluate_suite import run_suite
+    from flows.run_config import SuiteRunConfig
+
+    for run_id, p in (("team-trials-a", 0.2), ("team-trials-b", 0.8)):
+        outcome = run_suite(SuiteRunConfig(
+            agent="noisy-scripted", agent_options=AgentOptions(success_probability=p, seed=3), task_ids=[TASK],
+            trials=2, pool_size=2, store_url=team, artifacts_dir=tmp_path / "a", run_id=run_id))
+        assert outcome.status == "completed" and outcome.completeness.trials_final == 2
+    assert _rows(team, "SELECT run_id, trial FROM latest_task_results ORDER BY run_id, trial") == [
+        ("team-trials-a", 1), ("team-trials-a", 2), ("team-trials-b", 1), ("team-trials-b", 2)]
+    with ResultStore(team, read_only=True) as store:
+        comparison = compare_stored_runs(store, "team-trials-a", "team-trials-b")
+    assert comparison.trials is not None and comparison.trials.paired[0].candidate_trials == 2

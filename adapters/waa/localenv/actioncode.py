@@ -435,7 +435,6 @@ class Runner:
 
     def _computer(self, fn: str, a: dict[str, Any], ln: int) -> None:
         c = self.computer
-        group = fn.split(".", 1)[0]
         if c is None:
             # Until /update_computer runs, the server's computer.mouse etc. are None.
             raise ActionError("AttributeError", f"'NoneType' object has no attribute '{fn.split('.', 1)[1]}'", ln)
