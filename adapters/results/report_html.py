@@ -425,12 +425,12 @@ def _summary_section(metrics: RunMetrics) -> str:
     )
 
 
-def _task_index(tasks: Sequence[TaskMetrics], anchors: Mapping[str, str]) -> str:
+def _task_index(tasks: Sequence[TaskMetrics], anchors: Mapping[tuple[str, int], str]) -> str:
     rows = []
     for t in tasks:
         step_acc = pct(t.reference.step_accuracy) if t.reference else "-"
         rows.append(
-            f'<tr><td><a href="#{anchors[t.task_id]}">{esc(t.task_id)}</a></td><td>{esc(t.domain)}</td>'
+            f'<tr><td><a href="#{anchors[t.task_id, t.attempt]}">{esc(t.task_id)}</a></td><td>{esc(t.domain)}</td>'
             f'<td><span class="badge outcome-{esc(t.outcome)}">{esc(t.outcome)}</span></td>'
             f"<td class=num>{esc(score_text(t.score))}</td><td class=num>{esc(number(t.num_steps))}</td>"
             f"<td class=num>{esc(seconds(t.total_time_seconds))}</td><td class=num>{t.attempts}</td>"
@@ -617,7 +617,9 @@ def _task_html(
 def _tasks_section(store: ResultStore, metrics: RunMetrics, references: References | None) -> str:
     # Unsolved first, then by domain and id, so problems are at the top.
     tasks = sorted(metrics.tasks, key=lambda t: (t.success, t.domain, t.task_id))
-    anchors = {t.task_id: f"task-{i}" for i, t in enumerate(tasks)}
+    # By task and final attempt: with repeated trials a task has a row per trial, each ending in
+    # an attempt of its own.
+    anchors = {(t.task_id, t.attempt): f"task-{i}" for i, t in enumerate(tasks)}
     attempts: dict[str, list[dict[str, Any]]] = {}
     for row in store.results(metrics.run_id):
         attempts.setdefault(row["task_id"], []).append(row)
@@ -627,7 +629,7 @@ def _tasks_section(store: ResultStore, metrics: RunMetrics, references: Referenc
     images = embed_screenshots([resolve_screenshot(store, row["screenshot_path"])
                                 for rows in shown for row in rows if row.get("screenshot_path")])
     blocks = "".join(
-        _task_html(store, t, anchors[t.task_id], attempts.get(t.task_id, []), rows,
+        _task_html(store, t, anchors[t.task_id, t.attempt], attempts.get(t.task_id, []), rows,
                    references.get(t.task_id) if references else None, images)
         for t, rows in zip(tasks, shown)
     )

@@ -41,6 +41,9 @@ def test_the_report_shows_trials_side_by_side_and_the_flaky_tasks(tmp_path: Path
     assert ("Flaky tasks: 1 a (notepad): 2/3 sound trials succeeded: trial 1 success, trial 2 agent_failure, "
             "trial 3 success (deterministic agent: the environment varied)") in text
     assert '<section id="trials">' not in single
+    # Each trial's trajectory has an anchor of its own, and the index links each one.
+    ids = re.findall(r'<details class="task [^"]*" id="([^"]+)"', page)
+    assert len(ids) == len(set(ids)) == 8 and sorted(re.findall(r'href="#(task-\d+)"', page)) == sorted(ids)
 
 
 def test_run_metrics_count_each_trials_attempts_once(tmp_path: Path) -> None:
