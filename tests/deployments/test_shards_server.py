@@ -367,7 +367,8 @@ def test_a_crashed_shard_leaves_the_run_incomplete_and_resume_finishes_it(cluste
     # Not silently partial: incomplete, the killed shard's tasks are missing, and the error
     # names its flow run.
     killed_tasks = victim.parameters["config"]["task_ids"]
-    assert len(killed_tasks) == 2
+    # The split balances the durations recorded so far, so the killed shard held 1 to 3 of the 4.
+    assert 1 <= len(killed_tasks) < len(tasks)
     assert outcome.status == "incomplete"
     assert outcome.completeness.missing == len(killed_tasks)
     assert outcome.completeness.not_started == len(killed_tasks)
@@ -393,7 +394,7 @@ def test_a_crashed_shard_leaves_the_run_incomplete_and_resume_finishes_it(cluste
             BenchmarkResult(task_id=retried, outcome=OutcomeKind.INFRASTRUCTURE_ERROR, error="VM lost", attempt=1),
         )
 
-    # Resume (same run id): only the two missing tasks run, again as shards; then every task has
+    # Resume (same run id): only the missing tasks run, again as shards; then every task has
     # exactly one final result, and no attempt was overwritten.
     try:
         again = _run_controller(cluster, config)
