@@ -36,7 +36,7 @@ def _error_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[str]:
     (["run", "--agent", "clade"], "usage: arena run [options]", "did you mean claude?"),
     (["rn"], "usage: arena COMMAND ...", "arena: error: unknown command 'rn' (choose from 'run', "),
     (["tasks", "lst"], "usage: arena tasks COMMAND ...",
-     "arena tasks: error: unknown command 'lst' (choose from 'list', 'new', 'lint', 'coverage'); did you mean list?"),
+     "arena tasks: error: unknown command 'lst' (choose from 'list', 'new', 'lint', 'coverage', 'stability'); did you mean list?"),
     (["report", "latest", "--dbb", "x.duckdb"], "usage: arena report [options] run", "did you mean --db?"),
     (["export", "r", "--format", "parket", "--out", "o"], "usage: arena export [options] run", "did you mean parquet?"),
 ])

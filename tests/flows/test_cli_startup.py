@@ -54,7 +54,7 @@ COMMANDS = [
     ["pool", "status", "--provider", "aws", "--name", "n"], ["doctor", "--agent", "openai"], ["plan"],
     ["report", "latest"], ["compare", "a", "b"], ["export", "r", "--out", "d"],
     ["demos", "build", "--from-run", "r", "--out", "d"], ["sql", "SELECT 1"], ["store", "migrate", "f.duckdb"],
-    ["tasks", "list"], ["tasks", "coverage"], ["tasks", "lint", "d"], ["tasks", "new", "--list"],
+    ["tasks", "list"], ["tasks", "coverage"], ["tasks", "lint", "d"], ["tasks", "new", "--list"], ["tasks", "stability"],
     ["image", "status", "n", "--provider", "aws"],
 ]
 
