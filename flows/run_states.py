@@ -105,9 +105,7 @@ def outcome_state(result: BenchmarkResult | None) -> State | None:
 def final_result(value: State | BenchmarkResult | None) -> BenchmarkResult | None:
     """The result inside what `attempt_task` returned (a state of any type, or the bare result)."""
     if isinstance(value, State):
-        data = value.result(raise_on_failure=False)
-        if isinstance(data, BaseException):
-            raise data
+        data = carried(value)
         return data.result if isinstance(data, Carried) else data  # type: ignore[no-any-return]
     return value
 

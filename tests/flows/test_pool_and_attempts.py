@@ -365,9 +365,10 @@ def test_waiting_lessees_are_served_retries_first_then_in_arrival_order() -> Non
     pool.teardown()
 
 
-def test_a_fresh_vm_skips_only_its_first_reset(tmp_path: Path) -> None:
-    """The local simulation vouches for a new VM (VMHandle.fresh): its first task starts without
-    a reset, every later one after a reset; a replacement is fresh again."""
+def test_a_new_vm_is_fresh_once_and_a_replacement_is_fresh_again(tmp_path: Path) -> None:
+    """The local simulation vouches for a new VM (VMHandle.fresh), once: the first lease takes it
+    (its task skips the reset, test_dead_vm_is_an_infrastructure_error), later ones do not; a
+    replacement is fresh again."""
     provider = LocalSimulationProvider(tmp_path / "vms")
     try:
         vm = provider.create("waa-fresh-0")
