@@ -7,6 +7,7 @@ given up. None of them may turn a finished evaluation into a failed one.
 
     best_effort(what, call)     call, retried with back-off for up to `retry_for` seconds
     in_background(what, call)   the same in a thread of its own, which the process waits for at exit
+    after_background(then)      `then()` once every background call started so far has ended
     pool_slots(name, occupy)    hold `occupy` slots of a global concurrency limit for a block
 """
 
@@ -31,15 +32,24 @@ T = TypeVar("T")
 RETRY_SECONDS = 60.0
 
 
-def warn(message: str) -> None:
-    """A warning in the run's log (nothing outside a flow or task run)."""
+# Background bookkeeping still under way: whoever holds the Prefect server for this process
+# (flows/local_server.py) lets it go only after these end.
+_pending: set[threading.Thread] = set()
+_pending_lock = threading.Lock()
+
+
+def warn(message: str, to_api: bool = True) -> None:
+    """A warning in the run's log (nothing outside a flow or task run). `to_api=False` keeps it
+    on the console: for a warning that the Prefect API itself is unreachable, sending it there
+    would only fail again, noisily."""
     try:
-        get_run_logger().warning(message)
+        get_run_logger().warning(message, extra={} if to_api else {"send_to_api": False})
     except Exception:  # noqa: BLE001 - no run context (e.g. a background thread)
         pass
 
 
-def best_effort(what: str, call: Callable[[], T], retry_for: float = RETRY_SECONDS) -> T | None:
+def best_effort(what: str, call: Callable[[], T], retry_for: float = RETRY_SECONDS,
+                log_to_api: bool = True) -> T | None:
     """`call()`, retried with exponential back-off (1 s, 2 s, ... 10 s) for up to `retry_for`
     seconds; on giving up, a warning naming `what` and None. Never raises an Exception."""
     deadline = time.monotonic() + retry_for
@@ -50,20 +60,48 @@ def best_effort(what: str, call: Callable[[], T], retry_for: float = RETRY_SECON
         except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail the run
             if time.monotonic() + delay > deadline:
                 warn(f"{what} failed (given up after {retry_for:g} s; the run's results are not affected): "
-                     f"{type(exc).__name__}: {exc}")
+                     f"{type(exc).__name__}: {exc}", to_api=log_to_api)
                 return None
             time.sleep(delay)
             delay = min(delay * 2, 10.0)
 
 
-def in_background(what: str, call: Callable[[], object]) -> threading.Thread:
+def in_background(what: str, call: Callable[[], object], retry_for: float = RETRY_SECONDS) -> threading.Thread:
     """`best_effort(what, call)` in a thread of its own, in the caller's context (its Prefect
     settings and run), for bookkeeping nobody waits for: the run goes on to its summary and
-    report meanwhile. Not a daemon: the interpreter waits for it before the process exits."""
+    report meanwhile. Not a daemon: the interpreter waits for it before the process exits.
+    Its warning stays on the console: by then the run has ended, and the API may be gone."""
     context = contextvars.copy_context()
-    thread = threading.Thread(target=context.run, args=(best_effort, what, call), name="bookkeeping", daemon=False)
+
+    def work() -> None:
+        try:
+            context.run(best_effort, what, call, retry_for, log_to_api=False)
+        finally:
+            with _pending_lock:
+                _pending.discard(threading.current_thread())
+
+    thread = threading.Thread(target=work, name="bookkeeping", daemon=False)
+    with _pending_lock:
+        _pending.add(thread)
     thread.start()
     return thread
+
+
+def after_background(then: Callable[[], object]) -> None:
+    """`then()` once every background call started so far has ended: at once when none is under
+    way, else in a thread of its own (not a daemon) that waits for them."""
+    with _pending_lock:
+        waiting = list(_pending)
+    if not waiting:
+        then()
+        return
+
+    def wait_then() -> None:
+        for thread in waiting:
+            thread.join()
+        then()
+
+    threading.Thread(target=wait_then, name="bookkeeping-then", daemon=False).start()
 
 
 @contextmanager

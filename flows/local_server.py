@@ -239,7 +239,11 @@ def configured_or_shared_api() -> Iterator[LocalServer | None]:
             os.environ.pop("PREFECT_API_URL", None)
         else:
             os.environ["PREFECT_API_URL"] = previous
-        server.release()
+        # Bookkeeping the run left in the background (removing its concurrency limit) still
+        # talks to this server: held until it ends, or an idle server could stop under it.
+        from flows.bookkeeping import after_background
+
+        after_background(server.release)
 
 
 # --- the supervisor --------------------------------------------------------------------------

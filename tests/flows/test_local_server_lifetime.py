@@ -282,3 +282,44 @@ def test_a_bad_idle_setting_is_named_before_anything_starts(
     with pytest.raises(LocalServerError, match=f"ARENA_LOCAL_SERVER_IDLE_SECONDS='{value}' is not a number"):
         ensure_server(tmp_path / "prefect")
     assert not (tmp_path / "prefect").exists()
+
+
+LATE_BOOKKEEPING = """
+import sys, time, requests
+from prefect import flow
+from flows.bookkeeping import in_background
+from flows.local_server import configured_or_shared_api
+
+def late_call(api_url):
+    time.sleep(4)  # well past the idle limit (1 s) after the run let the server go
+    requests.get(api_url + "/health", timeout=5).raise_for_status()
+    print("late call reached the server", flush=True)
+
+def failing():
+    time.sleep(3)  # gives up after the process's main thread has ended
+    raise ConnectionError("no such server")
+
+@flow
+def run(api_url):
+    in_background("the late call", lambda: late_call(api_url), retry_for=0)
+    in_background("the failing call", failing, retry_for=0)
+
+with configured_or_shared_api() as server:
+    run(server.api_url)
+print("run ended", flush=True)
+"""
+
+
+def test_the_server_is_held_until_the_runs_background_bookkeeping_ends(tmp_path: Path, database: str) -> None:
+    """A run's background bookkeeping (removing its concurrency limit) still talks to the shared
+    server after the run: the server may not stop under it (an idle server stopping under a late
+    call left a traceback in three concurrent `arena run`s). A call that gives up warns on the
+    console only, without a traceback, even after the main thread has ended."""
+    home = tmp_path / "prefect"
+    env = {**_env(home, "1"), "PREFECT_SERVER_DATABASE_CONNECTION_URL": database, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", LATE_BOOKKEEPING], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["run ended", "late call reached the server"], done.stdout + done.stderr[-3000:]
+    assert "the failing call failed" in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "the late call failed" not in done.stderr
