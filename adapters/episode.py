@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,10 @@ class EpisodeOutcome:
     # What the loop is doing now: "observe" (first observation), "agent", "act" (apply, settle
     # and the next observation), or "done".
     phase: str = "observe"
+    # Set by the caller when the episode's result can no longer count (a hedge copy whose task's
+    # own attempt ended, flows/hedging.py): the loop ends before its next step, `stopped` True.
+    stop: threading.Event | None = None
+    stopped: bool = False
 
 
 # Raw model replies are kept in results for diagnosis, up to this many characters.
@@ -107,6 +112,9 @@ def run_episode(
         observation = first_observation or env.observe()
         outcome.env_seconds += time.monotonic() - t0
         for index in range(min(limits.max_steps, task.time_limit_steps)):
+            if outcome.stop is not None and outcome.stop.is_set():
+                outcome.stopped = True
+                return outcome
             if time.monotonic() - started > limits.wall_clock_seconds:
                 outcome.final_outcome = OutcomeKind.TIMEOUT
                 outcome.error = f"episode exceeded its wall-clock limit of {limits.wall_clock_seconds:g} s"

@@ -26,6 +26,11 @@ Per pool size it prints, on the same durations:
 - product, with history: the product scheduler given `expected_seconds` from "a previous run",
   modelled as each task's true time (reset + duration) times a seeded factor in [1 - h, 1 + h]
   (`--history-noise`, default 0.2: run-to-run variation; 0 gives the exact durations);
+- product, history, hedging: the same with hedge copies of the last tasks (flows/hedging.py,
+  on by default for agents that call no model) within `--hedge-allowance` (default 5 %) of the
+  VM time billed; a copy's attempt is drawn as a retry would be (a spare attempt of the task's
+  plan), stops when its task ends, and counts only for a failed attempt; what the copies did is
+  printed under the table;
 - product, no history: the same scheduler with no recorded durations (suite order);
 - plain FIFO: N worker threads, each with its own VM, taking tasks in suite order from one
   queue; a failed attempt waits for its VM's replacement and is retried on it; every VM lives
@@ -104,7 +109,9 @@ from adapters.benchmark import BenchmarkResult, BenchmarkTask, OutcomeKind  # no
 from adapters.vms.base import ResetLevel, VMHandle, VMProvider  # noqa: E402
 from adapters.vms.pool import VMPool  # noqa: E402
 from adapters.waa.catalog import TaskCatalogError, WAATaskCatalog  # noqa: E402
-from flows.scheduling import AttemptHooks, Schedule, WorkQueue, attempt_loop, lane_loop, longest_first  # noqa: E402
+from flows.hedging import Hedging  # noqa: E402
+from flows.scheduling import (AttemptHooks, Schedule, WorkQueue, attempt_loop, copy_loop, lane_loop,  # noqa: E402
+                              longest_first)
 
 TARGET_POOL = 40
 TARGET_EFFICIENCY = 0.95
@@ -152,6 +159,14 @@ class TaskPlan:
     task: BenchmarkTask
     duration_minutes: float
     attempts: tuple[AttemptPlan, ...]
+    # Attempts beyond the planned ones, for hedge copies (a copy of a task whose own attempt
+    # succeeds takes the next attempt number, which the plan above does not have).
+    spares: tuple[AttemptPlan, ...] = ()
+
+    def attempt(self, number: int) -> AttemptPlan:
+        """The plan of attempt `number` (1-based), a spare beyond the planned ones."""
+        planned = self.attempts + self.spares
+        return planned[min(number, len(planned)) - 1]
 
     @property
     def minutes(self) -> float:
@@ -227,7 +242,14 @@ def plan_task(task: BenchmarkTask, seed: int, failure_rate: float) -> TaskPlan:
         # attempt is charged up to that point only.
         failed_at = rng.uniform(0.0, reset + duration)
         attempts.append(AttemptPlan(min(reset, failed_at), max(0.0, failed_at - reset), fails=True))
-    return TaskPlan(task, duration, tuple(attempts))
+    # Drawn after the planned ones, so they change nothing the other schedulers see.
+    spares = []
+    for _ in range(MAX_ATTEMPTS):
+        reset = rng.uniform(*RESET_MINUTES)
+        failed_at = rng.uniform(0.0, reset + duration) if rng.random() < failure_rate else None
+        spares.append(AttemptPlan(reset, duration, fails=False) if failed_at is None else
+                      AttemptPlan(min(reset, failed_at), max(0.0, failed_at - reset), fails=True))
+    return TaskPlan(task, duration, tuple(attempts), tuple(spares))
 
 
 def build_workload(waa_dir: Path, seed: int, failure_rate: float) -> Workload:
@@ -311,11 +333,17 @@ def timed_attempt(workload: Workload, clock: Clock) -> Callable[[BenchmarkTask, 
     """An attempt function that sleeps the planned reset and run, and fails as planned (marking
     the VM unhealthy, as the real attempt does for a VM that broke)."""
 
-    def attempt(task: BenchmarkTask, vm: VMHandle, number: int) -> BenchmarkResult:
-        plan = workload.plan_of(task.task_id).attempts[number - 1]
+    def attempt(task: BenchmarkTask, vm: VMHandle, number: int, stop: threading.Event | None = None) -> BenchmarkResult:
+        plan = workload.plan_of(task.task_id).attempt(number)
         # As flows/attempt.py: a VM fresh from the clean state skips the reset (a planned failure
         # still happens, after the run part only).
-        clock.sleep(plan.run_minutes if vm.take_fresh() else plan.minutes)
+        minutes = plan.run_minutes if vm.take_fresh() else plan.minutes
+        if stop is not None and stop.wait(clock.seconds(minutes)):
+            # A hedge copy told to stop: its result is dropped, so what it says does not matter.
+            return BenchmarkResult(task_id=task.task_id, domain=task.domain, outcome=OutcomeKind.INFRASTRUCTURE_ERROR,
+                                   error="stopped", attempt=number, vm_id=vm.vm_id)
+        if stop is None:
+            clock.sleep(minutes)
         if plan.fails:
             vm.healthy = False
             return BenchmarkResult(
@@ -345,6 +373,7 @@ class Measured:
     retired: int | None  # None: the scheduler cannot retire VMs
     replaced: int
     no_overhead_minutes: float
+    hedging: str = ""  # what hedging did, when on
 
 
 class _Recorder:
@@ -361,13 +390,18 @@ class _Recorder:
 
 
 def run_product(name: str, workload: Workload, order: list[BenchmarkTask], vms: int, clock: Clock,
-                boot_minutes: float, fresh_vms: bool = True) -> Measured:
+                boot_minutes: float, fresh_vms: bool = True, expected: dict[str, float] | None = None,
+                hedging: Hedging | None = None) -> Measured:
     """The product's scheduler: VMPool + one thread per lane running `lane_loop`, exactly as
     flows/pool_engine.py `evaluate_on_pool` arranges them, minus Prefect. `fresh_vms`: the
-    provider vouches that new VMs are clean, so their first task skips its reset."""
+    provider vouches that new VMs are clean, so their first task skips its reset. `hedging`:
+    copies of the last tasks (flows/hedging.py), told which ends last by `expected` (seconds of
+    real time, converted to the bench's clock)."""
     pool = VMPool(TimingProvider(clock, boot_minutes, fresh_vms), size=min(vms, len(order)), run_id=f"bench-{vms}")
     recorder = _Recorder()
-    schedule = Schedule(work=WorkQueue(order), pool=pool, max_attempts=MAX_ATTEMPTS)
+    scaled = {k: clock.seconds(v / 60) for k, v in (expected or {}).items()}
+    schedule = Schedule(work=WorkQueue(order), pool=pool, max_attempts=MAX_ATTEMPTS, hedging=hedging,
+                        expected_seconds=scaled)
     hooks = AttemptHooks(attempt=timed_attempt(workload, clock), record=recorder.record, logger=LOG)
     # The lanes start when the first VM is up, as in a real run; their threads are started
     # beforehand and released together, since starting them one by one would take about 0.4
@@ -376,7 +410,8 @@ def run_product(name: str, workload: Workload, order: list[BenchmarkTask], vms: 
 
     def lane() -> None:
         go.wait()
-        lane_loop(schedule, lambda t: attempt_loop(t, schedule, hooks), LOG)
+        lane_loop(schedule, lambda t: attempt_loop(t, schedule, hooks), LOG,
+                  run_copy=lambda race: copy_loop(race, schedule, hooks))
 
     lanes = [threading.Thread(target=lane, name=f"lane-{i}", daemon=True) for i in range(pool.size)]
     for thread in lanes:
@@ -397,6 +432,9 @@ def run_product(name: str, workload: Workload, order: list[BenchmarkTask], vms: 
         name=name, wall_minutes=clock.minutes(ended - started), vm_hours=clock.minutes(vm_seconds) / 60,
         finished=len(recorder.final), retired=pool.retired, replaced=pool.replacements,
         no_overhead_minutes=list_schedule_minutes(workload, order, pool.size),
+        hedging="" if hedging is None else (
+            f"{hedging.stats.started} copies, {hedging.stats.used} stood in for a failed attempt, "
+            f"{hedging.stats.dropped} dropped (+{clock.minutes(hedging.stats.extra_vm_seconds) / 60:.2f} VM-hours)"),
     )
 
 
@@ -549,7 +587,9 @@ def measure_pool(workload: Workload, vms: int, clock: Clock, args: argparse.Name
     expected = history(workload, seed, args.history_noise)
     return [
         run_product("product, with history", workload, longest_first(suite_order, expected), vms, clock,
-                    args.boot_minutes),
+                    args.boot_minutes, expected=expected),
+        run_product("product, history, hedging", workload, longest_first(suite_order, expected), vms, clock,
+                    args.boot_minutes, expected=expected, hedging=Hedging(max_extra=args.hedge_allowance)),
         run_product("product, no history", workload, longest_first(suite_order, {}), vms, clock, args.boot_minutes),
         run_product("product, history, reset always", workload, longest_first(suite_order, expected), vms, clock,
                     args.boot_minutes, fresh_vms=False),
@@ -570,6 +610,9 @@ def print_pool(workload: Workload, vms: int, rows: list[Measured]) -> None:
         retired = "-" if r.retired is None else str(r.retired)
         print(f"  {r.name:<32} {r.wall_minutes:>8.1f} {ideal / r.wall_minutes:>9.1%} {r.no_overhead_minutes:>11.1f} "
               f"{r.vm_hours:>8.1f} {retired:>7} {r.replaced:>8} {r.finished:>5}/{len(workload.tasks)}")
+    for r in rows:
+        if r.hedging:
+            print(f"  {r.name}: {r.hedging}")
 
 
 # Efficiencies (ideal / wall) by pool size, then scheduler, one per seed in the order run; and
@@ -590,7 +633,7 @@ def print_seeds(seeds: list[int], efficiencies: Efficiencies, vm_hours: Efficien
                   + f"{sum(values) / len(values):>8.1%}{billed}")
 
 
-def print_target(seeds: list[int], efficiencies: Efficiencies) -> None:
+def print_target(seeds: list[int], efficiencies: Efficiencies, vm_hours: Efficiencies) -> None:
     over = f"seed {seeds[0]}" if len(seeds) == 1 else f"the mean of seeds {','.join(map(str, seeds))}"
     line = f"target: >= {TARGET_EFFICIENCY:.0%} of ideal at {TARGET_POOL} VMs (product, with history, {over})"
     if TARGET_POOL not in efficiencies:
@@ -599,6 +642,13 @@ def print_target(seeds: list[int], efficiencies: Efficiencies) -> None:
     values = efficiencies[TARGET_POOL]["product, with history"]
     efficiency = sum(values) / len(values)
     print(f"\n{line}: {'met' if efficiency >= TARGET_EFFICIENCY else 'NOT met'} ({efficiency:.1%})")
+    hedged = efficiencies[TARGET_POOL]["product, history, hedging"]
+    hours, hedged_hours = (sum(vm_hours[TARGET_POOL][name]) for name in ("product, with history",
+                                                                        "product, history, hedging"))
+    with_hedging = sum(hedged) / len(hedged)
+    print(f"with hedging (on by default for agents that call no model): "
+          f"{'met' if with_hedging >= TARGET_EFFICIENCY else 'NOT met'} ({with_hedging:.1%}) "
+          f"for {hedged_hours / hours - 1:+.1%} VM-hours (target: within +5 %)")
 
 
 def main() -> None:
@@ -615,6 +665,8 @@ def main() -> None:
     parser.add_argument("--history-noise", type=float, default=0.2,
                         help="relative error of the recorded durations the scheduler orders by (default 0.2)")
     parser.add_argument("--boot-minutes", type=float, default=5.0, help="real minutes a VM takes to boot (default 5)")
+    parser.add_argument("--hedge-allowance", type=float, default=0.05,
+                        help="hedging's extra VM time, as a fraction of the VM time billed (default 0.05)")
     parser.add_argument("--waa-dir", type=Path, default=WAA_TASKS_DIR, help=f"WAA task suite (default {WAA_TASKS_DIR})")
     args = parser.parse_args()
     print(conditions(), flush=True)
@@ -655,7 +707,7 @@ def main() -> None:
                 hours.setdefault(r.name, []).append(r.vm_hours)
     if several:
         print_seeds(seeds, efficiencies, vm_hours)
-    print_target(seeds, efficiencies)
+    print_target(seeds, efficiencies, vm_hours)
     print(f"(bench took {time.monotonic() - started:.0f} s)")
 
 

@@ -77,6 +77,10 @@ class StageTimeout(Exception):
         self.limit = limit
 
 
+# What a hedge copy's attempt says when it was stopped because its task's own attempt ended.
+STOPPED_COPY = "hedge copy stopped: the task's own attempt ended first (this result is not recorded)"
+
+
 def run_with_deadline(stage: str, limit: float | None, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """Call fn(*args, **kwargs) in a daemon worker thread; raise StageTimeout if it has not
     returned in time.
@@ -153,11 +157,14 @@ def attempt_cache_dir(cache_root: Path, task_id: str, attempt: int) -> Path:
 
 
 def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt: int, *,
-                trial: int = 1) -> BenchmarkResult:
+                trial: int = 1, stop: threading.Event | None = None) -> BenchmarkResult:
     """Run every stage once on `vm`, each within its wall-clock limit; marks the VM unhealthy on
     infrastructure trouble of the VM (not of the agent's model endpoint) and on a stage timeout.
     `trial` is which of the run's repeated trials of the task this is (stored with the result;
-    an agent with a `trial` attribute, the seeded `noisy-scripted` test agent, is told it)."""
+    an agent with a `trial` attribute, the seeded `noisy-scripted` test agent, is told it).
+    `stop` (a hedge copy's, flows/hedging.py): once set, the attempt ends at the next stage or
+    step with an infrastructure error saying so (`STOPPED_COPY`), its VM sound; the caller drops
+    that result."""
     timings: dict[str, float] = {}
     started = time.monotonic()
 
@@ -203,6 +210,13 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
         finally:
             timings[stage] = time.monotonic() - t0
 
+    def stopped(steps: Sequence[StepRecord] | None = None, usage: ModelUsage | None = None) -> BenchmarkResult | None:
+        if stop is None or not stop.is_set():
+            return None
+        return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=STOPPED_COPY, steps=steps, usage=usage, vm_ok=True)
+
+    if (ended := stopped()) is not None:
+        return ended
     try:
         if vm.take_fresh():
             timings["reset"] = 0.0  # the VM just came up in the clean state a reset restores
@@ -229,12 +243,14 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
         except (EnvironmentFault, WAAConnectionError) as exc:
             return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=f"setup: {exc}")
 
+        if (ended := stopped()) is not None:
+            return ended
         screenshot_dir = ctx.artifacts_dir / task.task_id / f"attempt-{attempt}"
         agent = ctx.agent_factory()
         if hasattr(agent, "trial"):  # seeded per (task, trial): each trial of a task draws on its own
             agent.trial = trial
         adapter.needs = agent.observation_needs()  # fetch only what this agent reads
-        episode = EpisodeOutcome()
+        episode = EpisodeOutcome(stop=stop)
         try:
             timed("episode", play_episode, adapter, agent, task, ctx.limits, screenshot_dir, episode)
         except StageTimeout as exc:
@@ -251,6 +267,8 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
         agent_details = agent.config()
         timings["agent"] = episode.agent_seconds
         timings["env"] = episode.env_seconds
+        if (ended := stopped(episode.steps, episode.usage)) is not None:
+            return ended
         if episode.final_outcome is not None:
             return finish(
                 episode.final_outcome,

@@ -238,8 +238,10 @@ def _evaluate(config: SuiteRunConfig) -> RunOutcome:
             return _store_failed(config, run_id, store, store_failure or "unknown", request.unstored, results)
         if stopped_by is not None:
             return _stopped(run_id, store, status, stopped_by, results, completeness)
+        hedged = request.hedging.stats if request.hedging is not None and request.hedging.stats.started else None
         return _summarize(
-            config, run_id, len(tasks), environment, store, completeness, results, request.problems, shard_errors
+            config, run_id, len(tasks), environment, store, completeness, results, request.problems, shard_errors,
+            hedged.describe() if hedged is not None else None,
         )
 
 
@@ -273,11 +275,15 @@ def _store_failed(
 def _summarize(
     config: SuiteRunConfig, run_id: str, selected: int, environment: str, store: ResultStore,
     completeness: RunCompleteness, results: list[BenchmarkResult], pool_errors: list[str], shard_errors: list[str],
+    hedging: str | None = None,
 ) -> RunOutcome:
-    """The run's summary: in the log, as the summary artifacts, and as the flow's return value."""
+    """The run's summary: in the log, as the summary artifacts, and as the flow's return value.
+    `hedging`: what hedge copies did and cost (flows/hedging.py), when any ran."""
     logger = get_run_logger()
     summary = compute_run_metrics(store, run_id)
     extra_text, extra_markdown = problem_sections(pool_errors, shard_errors)
+    if hedging is not None:
+        extra_text, extra_markdown = f"\n{hedging}" + extra_text, f"\n\n{hedging}" + extra_markdown
     trials_text, trials_markdown = trials_section(store.latest_attempts(run_id))
     extra_text, extra_markdown = trials_text + extra_text, trials_markdown + extra_markdown
     table = format_summary(run_id, summary, environment, completeness) + extra_text

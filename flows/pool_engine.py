@@ -28,8 +28,9 @@ attempts per trial and invocation. Attempt numbers continue from the ones alread
 count on across a task's trials), so a resumed run never overwrites an earlier attempt.
 
 Scheduling: tasks start longest first by the durations earlier runs recorded; lanes that run
-out of work retire the VMs the remaining tasks do not need. Shards (flows/shard.py) run this same
-engine on their own hosts.
+out of work retire the VMs the remaining tasks do not need, or first (hedging on) run a copy of
+the task expected to end last (`copy_task`, "<domain>/<task> hedge copy"; flows/hedging.py).
+Shards (flows/shard.py) run this same engine on their own hosts.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound, TerminationSignal
-from prefect.states import State
+from prefect.states import Completed, State
 
 from adapters.agents import AgentOptions, build_agent
 from adapters.benchmark import BenchmarkResult, BenchmarkTask
@@ -62,14 +63,15 @@ from adapters.vms.pool import VMPool
 from adapters.vms.warm_pool import pool_resource_id
 from adapters.waa.catalog import WAATaskCatalog
 from adapters.waa.live import LiveAdapterSettings
-from flows.attempt import AttemptContext, run_attempt
+from flows.attempt import STOPPED_COPY, AttemptContext, run_attempt
 from flows.bookkeeping import in_background, pool_slots, warn
 from flows.budget import RunBudget
 from flows.progress import RunProgress
 from flows.run_config import SuiteRunConfig, store_wait_seconds
-from flows.run_states import final_result, outcome_state
+from flows.run_states import Carried, final_result, outcome_state
+from flows.hedging import Hedging, Race
 from flows.scheduling import (AttemptHooks, Schedule, TaskTrial, WorkQueue, WorkUnit, as_trial, attempt_loop,
-                              lane_loop, longest_first)
+                              copy_loop, lane_loop, longest_first)
 from tasks.provision import provision_pool
 
 
@@ -110,6 +112,9 @@ class PoolRunRequest:
     unstored: RecorderClose | None = None
     # Set when the run is cancelled from Prefect (flows/cancellation.py): the lanes stop.
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # The pool's hedging (flows/hedging.py) once its lanes started, None when off: its `stats`
+    # go to the run's summary.
+    hedging: Hedging | None = None
 
 
 @contextmanager
@@ -188,13 +193,24 @@ class Lanes:
     recorder: ResultRecorder
     max_attempts: int
     budget: RunBudget | None = None
+    hedging: Hedging | None = None
+    expected_seconds: dict[str, float] | None = None
 
     @property
     def schedule(self) -> Schedule:
         """The part of this the scheduling core (flows/scheduling.py) works with."""
         return Schedule(
             work=self.work, pool=self.pool, max_attempts=self.max_attempts, budget=self.budget,
-            may_start=self.store_has_room,
+            may_start=self.store_has_room, hedging=self.hedging, expected_seconds=self.expected_seconds,
+        )
+
+    def hooks(self, trial: int) -> AttemptHooks:
+        """The scheduling core's hooks for one trial of a task, in the current task run: each
+        attempt its own "attempt" task run, results to the run's recorder."""
+        return AttemptHooks(
+            attempt=lambda t, vm, number, stop=None: _attempt_result(t, vm, self.attempt, number, trial, stop),
+            record=self.recorder.record,
+            logger=get_run_logger(),
         )
 
     def store_has_room(self) -> bool:
@@ -208,10 +224,15 @@ class Lanes:
 
 
 @task(name="attempt", task_run_name="attempt {attempt} on {vm.vm_id}", cache_policy=NO_CACHE, persist_result=False)
-def attempt_on_vm(task: BenchmarkTask, vm: VMHandle, context: AttemptContext, attempt: int, trial: int = 1) -> State:
+def attempt_on_vm(task: BenchmarkTask, vm: VMHandle, context: AttemptContext, attempt: int, trial: int = 1,
+                  stop: threading.Event | None = None) -> State:
     """One attempt of a task on one VM, as its own run in the Prefect UI: named by the VM, its
-    state named by the attempt's outcome (an infrastructure error, then the retry's outcome)."""
-    return outcome_state(run_attempt(task, vm, context, attempt, trial=trial))
+    state named by the attempt's outcome (an infrastructure error, then the retry's outcome). A
+    hedge copy's attempt stopped because its task's own attempt ended is "Stopped"."""
+    result = run_attempt(task, vm, context, attempt, trial=trial, stop=stop)
+    if stop is not None and stop.is_set() and result.error == STOPPED_COPY:
+        return Completed(data=Carried(result), name="Stopped", message=STOPPED_COPY)
+    return outcome_state(result)
 
 
 def evaluate_task_run_name(task: BenchmarkTask, trial: int = 1) -> str:
@@ -239,18 +260,32 @@ def attempt_task(task: BenchmarkTask, lanes: Lanes, trial: int = 1) -> State | N
     No retry starts once the budget is exhausted; None only if the budget stopped it before the
     first attempt. The state is named by the last attempt's outcome (`outcome_state`).
     """
-    hooks = AttemptHooks(
-        attempt=lambda t, vm, number: _attempt_result(t, vm, lanes.attempt, number, trial),
-        record=lanes.recorder.record,
-        logger=get_run_logger(),
-    )
-    return outcome_state(attempt_loop(TaskTrial(task, trial), lanes.schedule, hooks))
+    return outcome_state(attempt_loop(TaskTrial(task, trial), lanes.schedule, lanes.hooks(trial)))
+
+
+def _copy_task_name() -> str:
+    from prefect.runtime import task_run
+
+    unit = as_trial(task_run.parameters["race"].unit)
+    return evaluate_task_run_name(unit.task, unit.trial) + " hedge copy"
+
+
+@task(name="evaluate-task", task_run_name=_copy_task_name, cache_policy=NO_CACHE, persist_result=False)
+def copy_task(race: Race, lanes: Lanes) -> State | None:
+    """A hedge copy of a running task (`copy_loop`), as an "evaluate-task" run named
+    `<domain>/<task> hedge copy`: its state is the outcome of what it recorded when it stood in
+    for a failed attempt, else "Not counted" (its task's own attempt counts)."""
+    result = copy_loop(race, lanes.schedule, lanes.hooks(as_trial(race.unit).trial))
+    if result is None:
+        return Completed(name="Not counted", message="hedge copy: not recorded; its task's own attempt counts "
+                                                     "unless that attempt fails with an infrastructure error")
+    return outcome_state(result)
 
 
 def _attempt_result(task: BenchmarkTask, vm: VMHandle, context: AttemptContext, attempt: int,
-                    trial: int = 1) -> BenchmarkResult:
+                    trial: int = 1, stop: threading.Event | None = None) -> BenchmarkResult:
     """One attempt as its own task run (`attempt_on_vm`), unwrapped to its result."""
-    result = final_result(attempt_on_vm(task, vm, context, attempt, trial))
+    result = final_result(attempt_on_vm(task, vm, context, attempt, trial, stop))
     if result is None:  # outcome_state gives None only for no result, and run_attempt always has one
         raise RuntimeError(f"attempt {attempt} of task {task.task_id} on {vm.vm_id} returned no result")
     return result
@@ -268,7 +303,10 @@ def run_lane(lane: int, lanes: Lanes) -> list[BenchmarkResult]:
         one = as_trial(unit)
         return final_result(attempt_task(one.task, lanes, one.trial))
 
-    return lane_loop(lanes.schedule, run_unit, get_run_logger())
+    def run_copy(race: Race) -> BenchmarkResult | None:
+        return final_result(copy_task(race, lanes))
+
+    return lane_loop(lanes.schedule, run_unit, get_run_logger(), run_copy=run_copy)
 
 
 def evaluate_on_pool(request: PoolRunRequest, todo: list[WorkUnit]) -> list[BenchmarkResult]:
@@ -359,7 +397,10 @@ def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[WorkUnit], resources: 
                                     on_stored=r.progress.recorded if r.progress else None),
             max_attempts=config.max_attempts,
             budget=r.budget,
+            hedging=Hedging(max_extra=config.hedge_allowance) if config.hedging_on() else None,
+            expected_seconds=expected,
         )
+        r.hedging = lanes.hedging
         try:
             with _pool_concurrency_limit(f"waa-pool-{resources}", pool.size) as limit_name:
                 with pool_slots(limit_name, pool.size):

@@ -39,6 +39,11 @@ from flows.summary import RunCompleteness
 # Run ids name folders (artifacts, progress files): a safe character set, no path parts.
 SAFE_RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 
+# Providers where "auto" hedging stays off: the simulation's VMs do not fail by themselves, and
+# existing servers are a fixed set the operator runs.
+NO_AUTO_HEDGING_PROVIDERS = frozenset({"local", "existing"})
+
+
 class SuiteRunConfig(BaseModel):
     """Everything that defines one evaluation run; stored with the run for provenance."""
 
@@ -84,6 +89,14 @@ class SuiteRunConfig(BaseModel):
     # between steps; the hard one catches a step blocked in a call).
     stage_timeouts: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_STAGE_TIMEOUTS))
     max_attempts: int = Field(default=3, ge=1)
+    # Hedge copies of the run's last tasks on VMs with nothing left to do (flows/hedging.py): the
+    # task's own attempt counts whenever it ends; the copy only stands in when that attempt
+    # fails with an infrastructure error. "auto": on where the cost is VM time only (an agent
+    # that calls no model) and VMs can fail (kvm, aws, azure); off for model agents (a copy
+    # spends tokens) and on the local simulation and existing servers. `hedge_allowance` bounds
+    # the copies' VM time as a fraction of the VM time billed.
+    hedging: Literal["auto", "on", "off"] = "auto"
+    hedge_allowance: float = Field(default=0.05, gt=0, le=1)
     # Repeated trials: each task runs `trials` times, each trial from a fresh reset with its own
     # `max_attempts` (docs/statistics.md). A resume with more trials runs only the new ones.
     trials: int = Field(default=1, ge=1, le=100)
@@ -129,6 +142,13 @@ class SuiteRunConfig(BaseModel):
     shards: int = Field(default=0, ge=0, le=64)
     shard_deployment: str = "evaluate-shard/shard"
     shard_start_timeout_seconds: float = Field(default=900.0, gt=0)
+
+    def hedging_on(self) -> bool:
+        """Whether the run hedges its last tasks ("auto": agents that call no model, on VMs
+        a provider creates)."""
+        if self.hedging != "auto":
+            return self.hedging == "on"
+        return self.agent not in MODEL_AGENTS and self.provider not in NO_AUTO_HEDGING_PROVIDERS
 
     def trials_of(self, task_id: str) -> int:
         """How many trials of `task_id` the run wants."""

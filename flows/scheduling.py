@@ -1,7 +1,8 @@
 """The scheduling core of the pool engine, in plain Python (no Prefect).
 
-    lane_loop(schedule, run_task, logger)       one VM's worth of work: tasks from the shared queue
-      attempt_loop(task, schedule, hooks)       attempts of one task, each on a leased VM
+    lane_loop(schedule, run_task, logger, run_copy)   one VM's worth of work: tasks from the shared queue
+      attempt_loop(task, schedule, hooks)             attempts of one task, each on a leased VM
+      copy_loop(race, schedule, hooks)                a hedge copy of a running task (flows/hedging.py)
 
 flows/pool_engine.py wraps both in Prefect tasks (the UI's "vm-lane" and "evaluate-task" runs)
 and hands them Prefect's pieces through `AttemptHooks`: the attempt as its own task run, the run
@@ -16,7 +17,8 @@ so two trials of one task running at once never share an attempt number or its s
 What the core decides: which task a lane starts next (`WorkQueue`, ordered by `longest_first`),
 when a task is attempted again (only after an infrastructure error, on another VM, up to
 `max_attempts`), that every attempt is recorded before its VM goes back to the pool, and when a
-lane that ran out of work retires a VM the remaining tasks do not need.
+lane that ran out of work retires a VM the remaining tasks do not need, or (with hedging on)
+first runs a copy of the task expected to end last.
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from adapters.benchmark import BenchmarkResult, BenchmarkTask
 from adapters.vms.base import ProviderError, VMHandle
 from adapters.vms.pool import VMPool
+from flows.hedging import Hedging, Race
 
 
 class Logger(Protocol):
@@ -133,9 +136,15 @@ class WorkQueue:
             return self._abandoned
 
     def done(self) -> None:
-        """A task taken with `take` has ended."""
+        """A task taken with `take` (or a copy begun with `copy_started`) has ended."""
         with self._lock:
             self._running -= 1
+
+    def copy_started(self) -> None:
+        """A lane begins a hedge copy of a running task: it holds a VM as a task does, and may
+        become the task's next attempt, so it counts as running until `done`."""
+        with self._lock:
+            self._running += 1
 
     @property
     def running(self) -> int:
@@ -175,11 +184,20 @@ class Schedule:
     max_attempts: int
     budget: Budget | None = None
     may_start: Callable[[], bool] | None = None
+    # Hedge copies of the last tasks (flows/hedging.py); None: off. `expected_seconds` tells it
+    # which running task is expected to end last.
+    hedging: Hedging | None = None
+    expected_seconds: Mapping[str, float] | None = None
 
 
-# One attempt of a task on a leased VM, with its attempt number: never raises for the task's
-# own trouble, and marks the VM unhealthy (`VMHandle.healthy`) when the pool must replace it.
-AttemptFn = Callable[[BenchmarkTask, VMHandle, int], BenchmarkResult]
+class AttemptFn(Protocol):
+    """One attempt of a task on a leased VM, with its attempt number: never raises for the
+    task's own trouble, and marks the VM unhealthy (`VMHandle.healthy`) when the pool must
+    replace it. A hedge copy's attempt is given `stop`, set when its result can no longer count:
+    it should then end soon (its result is dropped)."""
+
+    def __call__(self, task: BenchmarkTask, vm: VMHandle, attempt: int, /,
+                 stop: threading.Event | None = None) -> BenchmarkResult: ...
 
 
 @dataclass(frozen=True)
@@ -203,60 +221,162 @@ def attempt_loop(unit: WorkUnit, schedule: Schedule, hooks: AttemptHooks) -> Ben
     failure hands the VM back as unhealthy (the pool replaces it) and the next attempt runs on
     another VM. Attempt numbers come from the queue (`WorkQueue.claim_attempt`: from the task's
     first attempt, after those a resumed run or a shard's controller already stored, counting on
-    across the task's trials). No retry starts once the budget is exhausted. Returns the last
-    attempt's result; None if the budget or an empty pool stopped the trial before its first
-    attempt, or if the stop abandoned the attempt (then nothing is recorded).
+    across the task's trials). No retry starts once the budget is exhausted. With hedging on, a
+    hedge copy running when an attempt fails becomes the next attempt (`copy_loop` carries the
+    task on; this returns the failed attempt's result). Returns the last attempt's result; None
+    if the budget or an empty pool stopped the trial before its first attempt, or if the stop
+    abandoned the attempt (then nothing is recorded).
     """
-    work, pool, budget = schedule.work, schedule.pool, schedule.budget
-    task, trial = as_trial(unit).task, as_trial(unit).trial
-    result: BenchmarkResult | None = None
-    for tries in range(1, schedule.max_attempts + 1):
-        if budget is not None and budget.exhausted():
-            break
-        try:
-            lease = pool.lease(retry=tries > 1)  # a retry is served before new tasks
-            vm = lease.__enter__()
-        except ProviderError as exc:
-            # No VM is left (every server retired): the task stays without a final result and
-            # the run ends incomplete. Nothing was started, so nothing is recorded.
-            hooks.logger.warning("task %s not attempted: %s", task.task_id, exc)
-            break
+    hedging = schedule.hedging
+    key = (unit.task_id, as_trial(unit).trial)
+    race = hedging.open(key, unit, schedule.max_attempts) if hedging is not None else None
+    handed = False
+    try:
+        result, handed = _own(unit, schedule, hooks, race, first_try=1)
+        return result
+    finally:
+        if hedging is not None and not handed:
+            hedging.close(key)
+
+
+def copy_loop(race: Race, schedule: Schedule, hooks: AttemptHooks) -> BenchmarkResult | None:
+    """A hedge copy of a running task (`Hedging.pick` chose it), on a VM of its own; the caller
+    counted it as running (`WorkQueue.copy_started`). The copy's result is dropped unless the
+    task's own attempt fails with an infrastructure error (flows/hedging.py): then it is
+    recorded as the task's next attempt, and if it too failed, this lane retries the task as
+    its owner would. Returns the result this lane recorded last, or None."""
+    assert schedule.hedging is not None, "copy_loop needs the schedule's hedging"
+    hedging, work = schedule.hedging, schedule.work
+    task, trial = as_trial(race.unit).task, as_trial(race.unit).trial
+    try:
+        lease = schedule.pool.lease()
+        vm = lease.__enter__()
+    except ProviderError as exc:
+        _copy_gone(race, hedging, hooks.logger, f"no VM for it: {exc}")
+        return None
+    try:
+        if race.stop.is_set() or work.closed:
+            _copy_gone(race, hedging, hooks.logger, "the run is stopping")
+            return None
         leased = time.monotonic()
         attempt = work.claim_attempt(task.task_id)
-        try:
-            result = hooks.attempt(task, vm, attempt)
-            vm_seconds = time.monotonic() - leased
-            result = result.model_copy(update={"timings": {**result.timings, "vm": vm_seconds}, "trial": trial})
-            if work.abandoned:
-                hooks.logger.warning("task %s: attempt %d abandoned by the stop, not recorded", task.task_id, attempt)
-                return None
-            # Recorded before the VM goes back: replacing a failed VM can take minutes.
+        result = hooks.attempt(task, vm, attempt, stop=race.stop)
+        vm_seconds = time.monotonic() - leased
+        result = result.model_copy(update={"timings": {**result.timings, "vm": vm_seconds}, "trial": trial})
+    finally:
+        lease.__exit__(None, None, None)
+    if work.abandoned:
+        _copy_gone(race, hedging, hooks.logger, "abandoned by the stop")
+        return None
+    verdict = race.copy_ended(result, vm_seconds, hedging.stats)
+    if verdict == "drop":
+        if schedule.budget is not None:
+            schedule.budget.add(result)  # its tokens were spent all the same
+        return None
+    if verdict == "held":
+        return None  # its owner records it if its own attempt fails
+    # The owner's attempt failed while this copy ran: the copy is the task's next attempt.
+    hooks.logger.warning("task %s%s: hedge copy (attempt %d) stands in for the failed attempt", task.task_id,
+                         f" trial {trial}" if trial > 1 else "", attempt)
+    key = (task.task_id, trial)
+    handed = False
+    try:
+        last, handed = _own(race.unit, schedule, hooks, race, first_try=race.owner_tries + 1, in_hand=result)
+        return last
+    finally:
+        if not handed:
+            hedging.close(key)
+
+
+def _copy_gone(race: Race, hedging: Hedging, logger: Logger, why: str) -> None:
+    """A hedge copy ended without a result; if its task had been handed to it, the task ends
+    here without a final result (as an owner's controller error would leave it)."""
+    if race.copy_gone(hedging.stats):
+        hedging.close((race.unit.task_id, as_trial(race.unit).trial))
+        logger.error("task %s: its hedge copy, which stood in for a failed attempt, ended without a result (%s); "
+                     "the task has no final result", race.unit.task_id, why)
+
+
+def _own(unit: WorkUnit, schedule: Schedule, hooks: AttemptHooks, race: Race | None, first_try: int,
+         in_hand: BenchmarkResult | None = None) -> tuple[BenchmarkResult | None, bool]:
+    """The attempts of a task by its owner, from try `first_try` on (`in_hand`: that try's
+    result, already run by a hedge copy, to record). Returns the last result and whether a
+    running hedge copy took the task over."""
+    work, pool, budget = schedule.work, schedule.pool, schedule.budget
+    task, trial = as_trial(unit).task, as_trial(unit).trial
+    expected = (schedule.expected_seconds or {}).get(task.task_id)
+    result: BenchmarkResult | None = None
+    for tries in range(first_try, schedule.max_attempts + 1):
+        if in_hand is not None:
+            result, in_hand = in_hand, None
             hooks.record(result)
-        finally:
-            lease.__exit__(None, None, None)
+            vm_id = result.vm_id
+        else:
+            if budget is not None and budget.exhausted():
+                break
+            try:
+                lease = pool.lease(retry=tries > 1)  # a retry is served before new tasks
+                vm = lease.__enter__()
+            except ProviderError as exc:
+                # No VM is left (every server retired): the task stays without a final result and
+                # the run ends incomplete. Nothing was started, so nothing is recorded.
+                hooks.logger.warning("task %s not attempted: %s", task.task_id, exc)
+                break
+            leased = time.monotonic()
+            attempt = work.claim_attempt(task.task_id)
+            if race is not None:
+                race.owner_attempting(tries, expected)
+            try:
+                result = hooks.attempt(task, vm, attempt)
+                vm_seconds = time.monotonic() - leased
+                result = result.model_copy(update={"timings": {**result.timings, "vm": vm_seconds}, "trial": trial})
+                if work.abandoned:
+                    hooks.logger.warning("task %s: attempt %d abandoned by the stop, not recorded",
+                                         task.task_id, attempt)
+                    return None, False
+                # Recorded before the VM goes back: replacing a failed VM can take minutes.
+                hooks.record(result)
+            finally:
+                lease.__exit__(None, None, None)
+            vm_id = vm.vm_id
         if budget is not None:
             budget.add(result)
         if not result.outcome.is_retryable:
+            if race is not None and schedule.hedging is not None:
+                dropped = race.owner_final(schedule.hedging.stats)
+                if dropped is not None and budget is not None:
+                    budget.add(dropped)  # a held copy's tokens were spent all the same
             break
         # A problem of the environment: said at WARNING, so a filter on problems finds it.
-        last = tries == schedule.max_attempts
+        handover, held = ("retry", None) if race is None or schedule.hedging is None else \
+            race.owner_failed(schedule.hedging.stats)
+        last = tries == schedule.max_attempts and handover == "retry"
+        then = {"retry": "retrying on another VM", "handed": "its hedge copy, running, is the next attempt",
+                "held": "its hedge copy already ended: recorded as the next attempt"}[handover]
         hooks.logger.warning("task %s%s attempt %d on %s: infrastructure error (%s); %s", task.task_id,
-                             f" trial {trial}" if trial > 1 else "", attempt,
-                             vm.vm_id, (result.error or result.reason or "")[:200],
-                             "no attempt left: the task has no final result" if last else "retrying on another VM")
-    return result
+                             f" trial {trial}" if trial > 1 else "", result.attempt,
+                             vm_id, (result.error or result.reason or "")[:200],
+                             "no attempt left: the task has no final result" if last else then)
+        if handover == "handed":
+            return result, True
+        in_hand = held
+    return result, False
 
 
 def lane_loop(
-    schedule: Schedule, run_task: Callable[[Any], BenchmarkResult | None], logger: Logger
+    schedule: Schedule, run_task: Callable[[Any], BenchmarkResult | None], logger: Logger,
+    run_copy: Callable[[Race], BenchmarkResult | None] | None = None,
 ) -> list[BenchmarkResult]:
     """Run tasks from the queue with `run_task`, one at a time, until the queue is empty, the
     budget runs out or the pool has no VM left; returns the results `run_task` gave.
 
-    A lane that runs out of work deletes the idle VMs the remaining tasks do not need, so the
-    pool shrinks (and stops costing) while the last tasks finish. That is normally one VM (the
-    one it just gave back); more when a VM came up that no task was waiting for, e.g. the
-    replacement of a failed VM whose task had already retried on a VM another lane gave back.
+    With hedging on (`Schedule.hedging`), a lane that finds the queue empty then runs hedge
+    copies with `run_copy` (`copy_loop`, perhaps wrapped) while `Hedging.pick` finds a task
+    worth copying. A lane that runs out of work deletes the idle VMs the remaining tasks do not
+    need, so the pool shrinks (and stops costing) while the last tasks finish. That is normally
+    one VM (the one it just gave back); more when a VM came up that no task was waiting for,
+    e.g. the replacement of a failed VM whose task had already retried on a VM another lane
+    gave back.
     """
     work, pool, budget = schedule.work, schedule.pool, schedule.budget
     results: list[BenchmarkResult] = []
@@ -265,7 +385,9 @@ def lane_loop(
             break
         next_task = work.take()
         if next_task is None:
-            break
+            if not _ran_a_copy(schedule, run_copy, results, logger):
+                break
+            continue
         try:
             result = run_task(next_task)
         except Exception as exc:  # noqa: BLE001 - one task's controller trouble must not end the lane
@@ -283,3 +405,27 @@ def lane_loop(
     except Exception as exc:  # noqa: BLE001 - teardown deletes it later; the lane's results stand
         logger.warning("could not retire a spare VM: %s", exc)
     return results
+
+
+def _ran_a_copy(schedule: Schedule, run_copy: Callable[[Race], BenchmarkResult | None] | None,
+                results: list[BenchmarkResult], logger: Logger) -> bool:
+    """With hedging on and the queue empty: run a hedge copy of the task expected to end last, if
+    one is worth it (`Hedging.pick`); whether one ran."""
+    hedging, work = schedule.hedging, schedule.work
+    if hedging is None or run_copy is None or work.closed:
+        return False
+    race = hedging.pick(schedule.pool.usage.billed_seconds())
+    if race is None:
+        return False
+    work.copy_started()
+    try:
+        result = run_copy(race)
+    except Exception as exc:  # noqa: BLE001 - as for a task: the lane goes on
+        logger.error("task %s: hedge copy: controller error %s: %s", race.unit.task_id, type(exc).__name__, exc)
+        _copy_gone(race, hedging, logger, "controller error")
+        result = None
+    finally:
+        work.done()
+    if result is not None:
+        results.append(result)
+    return True

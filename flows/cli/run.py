@@ -26,7 +26,7 @@ _CONFIG_OPTIONS = {
     "suite_dir": "--suite", "difficulty": "--difficulty", "domains": "--domain", "task_ids": "--task",
     "agent": "--agent", "pool_size": "--pool-size", "reset_level": "--reset-level", "max_steps": "--max-steps",
     "settle": "--settle", "episode_timeout_seconds": "--episode-timeout", "max_attempts": "--max-attempts",
-    "trials": "--trials",
+    "trials": "--trials", "hedging": "--hedging",
     "artifacts_dir": "--artifacts", "run_id": "--run-id", "change_selection": "--change-selection",
     "quirks": "--quirks", "provider": "--provider", "cloud_config": "--cloud-config", "warm_pool": "--warm-pool",
     "suite_flavor": "--suite-flavor", "scoring": "--scoring", "max_wall_seconds": "--max-wall-seconds",
@@ -242,6 +242,12 @@ def add_run(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argparse
     run.add_argument("--max-steps", type=int)
     run.add_argument("--episode-timeout", type=float, help="wall-clock seconds per episode")
     run.add_argument("--max-attempts", type=int, help="attempts per task for infrastructure errors")
+    run.add_argument(
+        "--hedging", choices=("auto", "on", "off"),
+        help="copy the run's last tasks onto idle VMs, a copy counting only for an attempt that fails with an "
+        "infrastructure error (default auto: on for agents that call no model, on kvm/aws/azure VMs); the summary "
+        "shows the extra VM-hours and tokens",
+    )
     run.add_argument(
         "--trials", type=int, metavar="K",
         help="run each task K times, each trial from a fresh reset (default 1); the summary adds the rate over "
