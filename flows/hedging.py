@@ -77,7 +77,8 @@ class HedgeStats:
 
     def describe(self) -> str:
         """One line for the run's summary."""
-        extra = f"+{self.extra_vm_seconds / 3600:.2f} VM-hours"
+        seconds = self.extra_vm_seconds
+        extra = f"+{seconds / 3600:.2f} VM-hours" if seconds >= 36 else f"+{seconds:.0f} VM-seconds"
         if self.extra_tokens:
             extra += f", +{self.extra_tokens} tokens (${self.extra_cost_usd:.4f})"
         return (f"hedging: {self.started} cop{'y' if self.started == 1 else 'ies'} of the run's last tasks; "

@@ -26,7 +26,7 @@ _CONFIG_OPTIONS = {
     "suite_dir": "--suite", "difficulty": "--difficulty", "domains": "--domain", "task_ids": "--task",
     "agent": "--agent", "pool_size": "--pool-size", "reset_level": "--reset-level", "max_steps": "--max-steps",
     "settle": "--settle", "episode_timeout_seconds": "--episode-timeout", "max_attempts": "--max-attempts",
-    "trials": "--trials", "hedging": "--hedging",
+    "trials": "--trials", "hedging": "--hedging", "hedge_allowance": "--hedge-allowance",
     "artifacts_dir": "--artifacts", "run_id": "--run-id", "change_selection": "--change-selection",
     "quirks": "--quirks", "provider": "--provider", "cloud_config": "--cloud-config", "warm_pool": "--warm-pool",
     "suite_flavor": "--suite-flavor", "scoring": "--scoring", "max_wall_seconds": "--max-wall-seconds",
@@ -248,6 +248,8 @@ def add_run(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argparse
         "infrastructure error (default auto: on for agents that call no model, on kvm/aws/azure VMs); the summary "
         "shows the extra VM-hours and tokens",
     )
+    run.add_argument("--hedge-allowance", type=float, metavar="FRACTION",
+                     help="hedge copies' VM time at most this fraction of the VM time billed (default 0.05)")
     run.add_argument(
         "--trials", type=int, metavar="K",
         help="run each task K times, each trial from a fresh reset (default 1); the summary adds the rate over "
