@@ -234,9 +234,12 @@ class Hedging:
         return race
 
     def close(self, key: tuple[str, int]) -> None:
-        """The unit has ended (its final result, or no attempt left)."""
+        """The unit has ended (its final result, no attempt left, the budget, no VM): a copy
+        still running is told to stop, and a result it holds is dropped."""
         with self._lock:
-            self._races.pop(key, None)
+            race = self._races.pop(key, None)
+        if race is not None:
+            race.owner_final(self.stats)
 
     def pick(self, billed_seconds: float) -> Race | None:
         """The running unit to copy now: the one expected to end last (unknown durations count as
