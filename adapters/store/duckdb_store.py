@@ -434,6 +434,7 @@ class ResultStore:
         self._lock = threading.RLock()
         self._closed = False
         self._checked = False  # the DuckDB file's integrity was checked when first opened
+        self._held: Any = None  # a read-only DuckDB connection every read uses (`held_open`)
         self._server: postgres.PgConnection | None = None
         if self._path is not None:
             if self._path.is_dir():
@@ -504,6 +505,9 @@ class ResultStore:
             if self._server_url is not None:
                 yield from self._server_session()
                 return
+            if self._held is not None:
+                yield self._held
+                return
             with contextlib.ExitStack() as stack:
                 try:
                     conn = stack.enter_context(
@@ -517,6 +521,22 @@ class ResultStore:
                     check_file_intact(conn, self.path, self._where)
                     self._checked = True
                 yield conn
+
+    @contextlib.contextmanager
+    def held_open(self) -> Iterator[None]:
+        """Every read in the block shares one connection (a report's dozen queries open the file
+        once, not a dozen times). Only for a read-only DuckDB store: a writer keeps opening and
+        closing the file so other processes can write between its operations; a PostgreSQL
+        store keeps its one connection anyway."""
+        if self._server_url is not None or not self._read_only or self._held is not None:
+            yield
+            return
+        with self._session(write=False) as conn:
+            self._held = conn
+            try:
+                yield
+            finally:
+                self._held = None
 
     def _server_session(self) -> Iterator[postgres.PgConnection]:
         """The PostgreSQL connection (opened on first use, or again after it broke); a failed

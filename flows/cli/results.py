@@ -31,7 +31,7 @@ def write_run_report(
 
     if isinstance(db, Path) and not db.is_file():
         raise StoreError(f"{db.resolve()}: results database not found")
-    with ResultStore(db, read_only=True) as store:
+    with ResultStore(db, read_only=True) as store, store.held_open():
         references = references_for_run(store, run_id, demo_library)
         metrics = compute_run_metrics(store, run_id, references)  # once, for both reports
         text = format_text_report(metrics)

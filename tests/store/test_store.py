@@ -175,6 +175,26 @@ def test_tables_are_queryable_with_plain_sql(db_path: Path) -> None:
         conn.close()
 
 
+def test_a_read_only_store_held_open_reads_through_one_connection(db_path: Path) -> None:
+    """A report's reads share one connection (`held_open`): a temporary table made by one read
+    is seen by the next one inside the block, and by none after it; a writing store is
+    unaffected (each operation still opens and closes the file)."""
+    with ResultStore(db_path) as store:
+        store.start_run(_run())
+        store.record_result(RUN, _result("t1", steps=2))
+        with store.held_open():
+            store.record_result(RUN, _result("t2"))  # a writer is not held: writes go on
+    with ResultStore(db_path, read_only=True) as store:
+        with store.held_open(), store.held_open():  # nested: one connection still
+            with store.reading() as conn:
+                conn.execute("CREATE TEMP TABLE marker AS SELECT 42 AS answer")
+            assert compute_run_metrics(store, RUN).overall.tasks == 2
+            with store.reading() as conn:
+                assert conn.execute("SELECT answer FROM marker").fetchone() == (42,)
+        with store.reading() as conn, pytest.raises(duckdb.CatalogException):
+            conn.execute("SELECT answer FROM marker")
+
+
 def test_unknown_run_is_refused(store: ResultStore) -> None:
     with pytest.raises(StoreError, match="unknown run 'ghost'; call start_run first"):
         store.record_result("ghost", _result("t1"))
