@@ -241,6 +241,14 @@ class Hedging:
         if race is not None:
             race.owner_final(self.stats)
 
+    def stop_copies(self) -> None:
+        """The run is stopping (Ctrl-C, SIGTERM, a cancellation): every running copy ends at its
+        next stage or step, instead of using the grace period the tasks' own attempts get."""
+        with self._lock:
+            races = list(self._races.values())
+        for race in races:
+            race.stop.set()
+
     def pick(self, billed_seconds: float) -> Race | None:
         """The running unit to copy now: the one expected to end last (unknown durations count as
         latest) among those not copied yet, with attempts left, within the allowance; or None."""

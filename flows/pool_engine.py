@@ -453,6 +453,8 @@ def _stop_lanes(lanes: Lanes, futures: list[Any], why: str) -> None:
     """Ctrl-C, SIGTERM or a cancellation: start nothing new, give running attempts a grace period
     to end and be recorded, then abandon the rest; the caller tears the pool down."""
     lanes.work.close()
+    if lanes.hedging is not None:
+        lanes.hedging.stop_copies()
     grace = STOP_GRACE_SECONDS if why == "Ctrl-C" else TERMINATION_GRACE_SECONDS
     get_run_logger().warning(
         "stopping (%s): no new task starts; waiting up to %g s for %d running attempt(s)",

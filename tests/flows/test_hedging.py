@@ -153,6 +153,37 @@ def test_copies_go_to_the_task_expected_to_end_last_within_the_allowance() -> No
     assert tight.stats.started == 0 and all(n == 1 for _, n, _ in plan.ran)
 
 
+def test_a_stopping_run_stops_its_copies_at_once() -> None:
+    """Ctrl-C or a cancellation closes the queue and stops the copies (pool_engine._stop_lanes):
+    a copy that would run 5 s ends at once, the task's own attempt runs on and is recorded."""
+    plan = Plan({("long", 1): 1.0, ("long", 2): 5.0, ("short", 1): 0.1})
+    hedging = Hedging(max_extra=OPEN)
+    pool = VMPool(_InstantProvider(), size=2, run_id="stop")
+    pool.provision()
+    work = WorkQueue([_task("long"), _task("short")])
+    schedule = Schedule(work=work, pool=pool, max_attempts=3, hedging=hedging,
+                        expected_seconds={"long": 1.0, "short": 0.1})
+    hooks = AttemptHooks(attempt=plan.attempt, record=plan.record, logger=LOG)
+
+    def stop_when_copied() -> None:
+        while hedging.stats.started == 0:
+            time.sleep(0.01)
+        work.close()
+        hedging.stop_copies()
+
+    stopper = threading.Thread(target=stop_when_copied)
+    stopper.start()
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=2) as lanes:
+        for future in [lanes.submit(lane_loop, schedule, lambda t: attempt_loop(t, schedule, hooks), LOG,
+                                    lambda race: copy_loop(race, schedule, hooks)) for _ in range(2)]:
+            future.result()
+    stopper.join()
+    pool.teardown()
+    assert time.monotonic() - started < 2.0 and ("long", 2, True) in plan.ran
+    assert _recorded(plan) == [("long", 1, "success"), ("short", 1, "success")]
+
+
 def test_without_hedging_the_lane_retires_and_no_copy_runs() -> None:
     plan = Plan({("long", 1): 0.5, ("short", 1): 0.1})
     _run(plan, ["long", "short"], 2, {"long": 0.5, "short": 0.1}, None)
