@@ -646,7 +646,7 @@ def print_target(seeds: list[int], efficiencies: Efficiencies, vm_hours: Efficie
     hours, hedged_hours = (sum(vm_hours[TARGET_POOL][name]) for name in ("product, with history",
                                                                         "product, history, hedging"))
     with_hedging = sum(hedged) / len(hedged)
-    print(f"with hedging (on by default for agents that call no model): "
+    print(f"with hedging (on by default for agents that call no model on kvm, aws and azure VMs): "
           f"{'met' if with_hedging >= TARGET_EFFICIENCY else 'NOT met'} ({with_hedging:.1%}) "
           f"for {hedged_hours / hours - 1:+.1%} VM-hours (target: within +5 %)")
 

@@ -101,7 +101,7 @@ class Race:
         self._expected_end: float | None = None  # of the owner's current attempt; None: unknown
         self._attempting = False
         self._copied = False
-        self._copy: Literal["none", "running", "held", "handed"] = "none"
+        self._copy: Literal["none", "running", "handed"] = "none"  # a copy's attempt under way, and for whom
         self._held: tuple[BenchmarkResult, float] | None = None  # a copy's final result and its VM-seconds
 
     # --- the owner's side --------------------------------------------------------------------
@@ -140,7 +140,6 @@ class Race:
             if self._held is not None:
                 result, _ = self._held
                 self._held = None
-                self._copy = "none"
                 stats.count_used()
                 return "held", result
             return "retry", None
@@ -158,16 +157,13 @@ class Race:
         result; the copy's lane carries on as owner), "held" when the owner is still running and
         the result is final (kept until the owner ends), else "drop" (counted in `stats`)."""
         with self._lock:
-            handed = self._copy == "handed"
+            handed, self._copy = self._copy == "handed", "none"
             if handed:
                 stats.count_used()
-                self._copy = "none"
                 return "own"
-            self._copy = "none"
             if self.stop.is_set() or result.outcome.is_retryable:
                 stats.drop(result, vm_seconds)
                 return "drop"
-            self._copy = "held"
             self._held = (result, vm_seconds)
             return "held"
 
@@ -185,10 +181,15 @@ class Race:
 
     # --- choosing a copy ---------------------------------------------------------------------
 
+    def _may_copy(self) -> bool:
+        """Whether a copy may start now (call under the lock): the owner is attempting, has
+        tries left and was not copied yet, and its result does not count yet."""
+        return self._attempting and not self._copied and not self.stop.is_set() and self._tries < self.max_attempts
+
     def _start_copy(self) -> bool:
         """Mark the copy as running, if the unit may still be copied."""
         with self._lock:
-            if not self._attempting or self._copied or self.stop.is_set() or self._tries >= self.max_attempts:
+            if not self._may_copy():
                 return False
             self._copied = True
             self._copy = "running"
@@ -199,8 +200,7 @@ class Race:
         is expected to run until then (unknown: as long as the owner has run so far); None when
         it may not be copied."""
         with self._lock:
-            if (not self._attempting or self._copied or self.stop.is_set()
-                    or self._tries >= self.max_attempts):
+            if not self._may_copy():
                 return None
             if self._expected_end is None:
                 return float("inf"), now - self._started

@@ -258,11 +258,9 @@ def copy_loop(race: Race, schedule: Schedule, hooks: AttemptHooks) -> BenchmarkR
         if race.stop.is_set() or work.closed:
             _copy_gone(race, hedging, hooks.logger, "the run is stopping")
             return None
-        leased = time.monotonic()
         attempt = work.claim_attempt(task.task_id)
-        result = hooks.attempt(task, vm, attempt, stop=race.stop)
-        vm_seconds = time.monotonic() - leased
-        result = result.model_copy(update={"timings": {**result.timings, "vm": vm_seconds}, "trial": trial})
+        result = _timed_attempt(hooks, task, vm, attempt, trial, race.stop)
+        vm_seconds = result.timings["vm"]
     finally:
         lease.__exit__(None, None, None)
     if work.abandoned:
@@ -286,6 +284,15 @@ def copy_loop(race: Race, schedule: Schedule, hooks: AttemptHooks) -> BenchmarkR
     finally:
         if not handed:
             hedging.close(key)
+
+
+def _timed_attempt(hooks: AttemptHooks, task: BenchmarkTask, vm: VMHandle, attempt: int, trial: int,
+                   stop: threading.Event | None = None) -> BenchmarkResult:
+    """One attempt on a leased VM, its result carrying the trial and the seconds it held the VM
+    (`timings["vm"]`); `stop` only for a hedge copy."""
+    leased = time.monotonic()
+    result = hooks.attempt(task, vm, attempt) if stop is None else hooks.attempt(task, vm, attempt, stop=stop)
+    return result.model_copy(update={"timings": {**result.timings, "vm": time.monotonic() - leased}, "trial": trial})
 
 
 def _copy_gone(race: Race, hedging: Hedging, logger: Logger, why: str) -> None:
@@ -322,14 +329,11 @@ def _own(unit: WorkUnit, schedule: Schedule, hooks: AttemptHooks, race: Race | N
                 # the run ends incomplete. Nothing was started, so nothing is recorded.
                 hooks.logger.warning("task %s not attempted: %s", task.task_id, exc)
                 break
-            leased = time.monotonic()
             attempt = work.claim_attempt(task.task_id)
             if race is not None:
                 race.owner_attempting(tries, expected)
             try:
-                result = hooks.attempt(task, vm, attempt)
-                vm_seconds = time.monotonic() - leased
-                result = result.model_copy(update={"timings": {**result.timings, "vm": vm_seconds}, "trial": trial})
+                result = _timed_attempt(hooks, task, vm, attempt, trial)
                 if work.abandoned:
                     hooks.logger.warning("task %s: attempt %d abandoned by the stop, not recorded",
                                          task.task_id, attempt)
