@@ -27,7 +27,7 @@ Per pool size it prints, on the same durations:
   modelled as each task's true time (reset + duration) times a seeded factor in [1 - h, 1 + h]
   (`--history-noise`, default 0.2: run-to-run variation; 0 gives the exact durations);
 - product, history, hedging: the same with hedge copies of the last tasks (flows/hedging.py,
-  on by default for agents that call no model) within `--hedge-allowance` (default 5 %) of the
+  on by default for agents that call no model on kvm, aws and azure VMs) within `--hedge-allowance` (default 5 %) of the
   VM time billed; a copy's attempt is drawn as a retry would be (a spare attempt of the task's
   plan), stops when its task ends, and counts only for a failed attempt; what the copies did is
   printed under the table;
