@@ -78,9 +78,8 @@ class EpisodeOutcome:
     # and the next observation), or "done".
     phase: str = "observe"
     # Set by the caller when the episode's result can no longer count (a hedge copy whose task's
-    # own attempt ended, flows/hedging.py): the loop ends before its next step, `stopped` True.
+    # own attempt ended, flows/hedging.py): the loop ends before its next step.
     stop: threading.Event | None = None
-    stopped: bool = False
 
 
 # Raw model replies are kept in results for diagnosis, up to this many characters.
@@ -113,7 +112,6 @@ def run_episode(
         outcome.env_seconds += time.monotonic() - t0
         for index in range(min(limits.max_steps, task.time_limit_steps)):
             if outcome.stop is not None and outcome.stop.is_set():
-                outcome.stopped = True
                 return outcome
             if time.monotonic() - started > limits.wall_clock_seconds:
                 outcome.final_outcome = OutcomeKind.TIMEOUT
