@@ -186,7 +186,10 @@ def test_cancelling_the_nightly_or_its_evaluation_stops_new_work_and_both_say_ca
         '[[baselines]]\nname = "never-reached"\nagent = "scripted"\npool_size = 1\n'
         f'db_path = "{db}"\nartifacts_dir = "{art}"\n'))
     try:
-        evaluation = wait_for("the evaluation's flow run", lambda: _one_run(client, "evaluate-suite"), 120)
+        # Prefect creates a subflow's run under a generated name and renames it once it starts, so
+        # wait for the run's own name (it holds the run id).
+        evaluation = wait_for("the evaluation's named flow run", lambda: (run := _one_run(client, "evaluate-suite"))
+                              and run.name.startswith("nightly-slow-local-") and run, 120)
         run_id = evaluation.name.removeprefix("nightly-slow-local-")
         progress = art / run_id / "progress.json"
         wait_for("two recorded attempts", lambda: progress.exists()
