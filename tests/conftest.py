@@ -40,12 +40,21 @@ SCENARIO_MODULES = {
 }
 
 
+# Tests that use a Prefect test server or a WAA simulation (these fixtures) carry the `servers`
+# mark: the quickest development pass leaves them out too, pytest -m "not scenario and not servers".
+# (readme_queries_db asks for prefect_server only when it is needed, so it is named here too.)
+SERVER_FIXTURES = {"prefect_server", "sim", "waa_sim", "readme_queries_db"}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the tests of the scenario modules (see SCENARIO_MODULES)."""
+    """Mark the tests of the scenario modules (see SCENARIO_MODULES) and the tests that use a
+    server fixture (SERVER_FIXTURES)."""
     root = Path(__file__).resolve().parents[1]
     for item in items:
         if item.path.resolve().relative_to(root).as_posix() in SCENARIO_MODULES:
             item.add_marker(pytest.mark.scenario)
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.servers)
 
 
 @pytest.fixture(scope="session", autouse=True)

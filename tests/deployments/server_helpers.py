@@ -15,6 +15,8 @@ from typing import TypeVar
 
 import requests
 
+from prefect_home import DATABASE, seeded_home
+
 PROJECT = Path(__file__).resolve().parents[2]
 PREFECT_BIN = Path(sys.executable).parent / "prefect"
 T = TypeVar("T")
@@ -77,6 +79,9 @@ class PrefectServer:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        """Start it (on a new home, with its database already migrated) and wait until it answers."""
+        if not (self.home / DATABASE).exists():
+            seeded_home(self.home)
         env = {
             **clean_env(),
             "PREFECT_HOME": str(self.home),

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import requests
 
-from server_helpers import PREFECT_BIN, PROJECT, free_port, stop, tail, wait_for
+from server_helpers import PREFECT_BIN, PROJECT, PrefectServer, clean_env, stop, tail, wait_for
 from tests.agents.fake_model_servers import FakeModelServer, openai_completion
 
 
@@ -30,18 +30,9 @@ TEST_TASKS = ["notepad-append-line", "settings-notifications-off"]
 def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A real Prefect server and `python -m deployments.serve` against it; yields their settings."""
     tmp = tmp_path_factory.mktemp("prefect-server")
-    port = free_port()
-    api_url = f"http://127.0.0.1:{port}/api"
-    base_env = {
-        k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and not k.startswith("ARENA_")
-    }
-    server_env = {
-        **base_env,
-        "PREFECT_HOME": str(tmp / "server-home"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
-        "PREFECT_LOGGING_LEVEL": "WARNING",
-    }
+    server = PrefectServer(tmp / "server-home", tmp / "server.log")
+    api_url = server.api_url
+    base_env = clean_env()
     # The model baseline's endpoint (a fake OpenAI-compatible server whose model gives up at once)
     # and a caller's server that must never be contacted.
     model = FakeModelServer("openai", default=openai_completion("FAIL()")).start()
@@ -73,20 +64,10 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         # Every minute, so the test sees the schedule itself start the nightly flow.
         "ARENA_NIGHTLY_CRON": "* * * * *",
     }
-    server_log, serve_log = tmp / "server.log", tmp / "serve.log"
+    server_log, serve_log = server.log, tmp / "serve.log"
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        with server_log.open("wb") as out:
-            procs.append(
-                subprocess.Popen(
-                    [str(PREFECT_BIN), "server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui"],
-                    env=server_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                )
-            )
-        try:
-            wait_for("the server's /api/health", lambda: requests.get(f"{api_url}/health", timeout=2).ok, 90)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\nserver log:\n{tail(server_log)}") from None
+        server.start()
         with serve_log.open("wb") as out:
             procs.append(
                 subprocess.Popen(
@@ -99,6 +80,7 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     finally:
         for proc in reversed(procs):
             stop(proc)
+        server.stop()
         model.stop()
         attacker.stop()
 

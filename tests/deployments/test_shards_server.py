@@ -29,9 +29,8 @@ from typing import Any
 import duckdb
 import psutil
 import pytest
-import requests
 
-from server_helpers import PREFECT_BIN, PROJECT, free_port, stop, tail, wait_for
+from server_helpers import PREFECT_BIN, PROJECT, PrefectServer, clean_env, stop, tail, wait_for
 from pg_server import PASSWORD as PG_PASSWORD
 
 POOL = "waa-shards"
@@ -122,33 +121,14 @@ def test_shard_config_splits_servers_budget_and_keeps_paths_portable() -> None:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A Prefect server, the shard deployment from prefect.yaml on a process pool, two workers."""
     tmp = tmp_path_factory.mktemp("shards")
-    port = free_port()
-    api_url = f"http://127.0.0.1:{port}/api"
-    base_env = {
-        k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and not k.startswith("ARENA_")
-    }
+    server = PrefectServer(tmp / "server-home", tmp / "server.log")
+    api_url = server.api_url
+    base_env = clean_env()
     shared = tmp / "shared"  # stands in for the filesystem every host mounts at the same path
-    logs = {"server": tmp / "server.log", **{w: tmp / f"{w}.log" for w in WORKERS}}
+    logs = {"server": server.log, **{w: tmp / f"{w}.log" for w in WORKERS}}
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        with logs["server"].open("wb") as out:
-            procs.append(
-                subprocess.Popen(
-                    [str(PREFECT_BIN), "server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui"],
-                    env={
-                        **base_env,
-                        "PREFECT_HOME": str(tmp / "server-home"),
-                        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-                        "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
-                        "PREFECT_LOGGING_LEVEL": "WARNING",
-                    },
-                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                )
-            )
-        try:
-            wait_for("the server's /api/health", lambda: requests.get(f"{api_url}/health", timeout=2).ok, 90)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\nserver log:\n{tail(logs['server'])}") from None
+        server.start()
 
         # The documented setup: a process pool for shards, then the deployment from prefect.yaml.
         cli_env = {**base_env, "PREFECT_HOME": str(tmp / "cli-home"), "PREFECT_API_URL": api_url,
@@ -206,6 +186,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     finally:
         for proc in reversed(procs):
             stop(proc, timeout=15)
+        server.stop()
 
 
 def _logs(cluster: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
+from prefect_home import DATABASE, seeded_home
 
 from flows.cli import main
 from flows.doctor import local_server_lines
@@ -36,8 +37,8 @@ LONG_IDLE = "30"
 
 @pytest.fixture(scope="module")
 def database(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The database URL the servers of this module's `ensure_server` tests share."""
-    return f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('prefect-db') / 'prefect.db'}"
+    """The database URL the servers of this module's `ensure_server` tests share (migrated)."""
+    return f"sqlite+aiosqlite:///{seeded_home(tmp_path_factory.mktemp('prefect-db')) / DATABASE}"
 
 
 def _user(home: Path, database: str) -> tuple[subprocess.Popen[str], dict[str, object]]:
@@ -179,7 +180,7 @@ def test_arena_runs_in_deleted_temporary_homes_leave_no_server(tmp_path: Path) -
     homes = [tmp_path / "completes" / "prefect", tmp_path / "killed" / "prefect"]
     runs = []
     for home in homes:
-        home.parent.mkdir()
+        seeded_home(home)
         with (home.parent / "stderr.txt").open("w") as log:
             runs.append(subprocess.Popen(
                 [sys.executable, "-m", "flows.cli", "run", "--task", "notepad-append-line", "--pool-size", "1"],

@@ -25,6 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/vms has no __init__.py
 
 from kvm_guest import qemu_under, skip_reason  # noqa: E402
+from prefect_home import seeded_home  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,7 +40,7 @@ def world() -> Iterator[dict[str, Path]]:
     config = root / "arena.toml"
     # TCG is allowed: these machines' KVM is PVM (on a host with a usable KVM, KVM is used).
     config.write_text(f'[kvm]\nallow_tcg = true\nruntime_dir = "{runtime}"\n')
-    yield {"root": root, "runtime": runtime, "config": config, "prefect": root / "prefect"}
+    yield {"root": root, "runtime": runtime, "config": config, "prefect": seeded_home(root / "prefect")}
     from flows.local_server import stop_server
 
     stop_server(root / "prefect")
