@@ -3,6 +3,7 @@ unreachable, dying or hanging servers end as infrastructure errors naming the ro
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -161,7 +162,14 @@ def test_hanging_server_times_out_naming_the_route() -> None:
     listener.bind(("127.0.0.1", 0))
     listener.listen()
     accepted: list[socket.socket] = []
-    threading.Thread(target=lambda: [accepted.append(listener.accept()[0]) for _ in range(4)], daemon=True).start()
+
+    def accept_and_never_answer() -> None:
+        with contextlib.suppress(OSError):  # the listener's shutdown at the end of the test
+            while True:
+                accepted.append(listener.accept()[0])
+
+    acceptor = threading.Thread(target=accept_and_never_answer, daemon=True)
+    acceptor.start()
     client = WAAClient(
         f"http://127.0.0.1:{listener.getsockname()[1]}", timeouts=WAATimeouts(default=0.3), read_retries=1, backoff_seconds=0.01
     )
@@ -169,6 +177,11 @@ def test_hanging_server_times_out_naming_the_route() -> None:
     with pytest.raises(WAAConnectionError, match="/obs_winagent: no answer within 0.3 s"):
         client.obs_winagent()
     assert time.monotonic() - started < 2.0
+    # Wake the blocked accept() before closing: a thread left in it would go on accepting on
+    # whatever socket later reuses the descriptor's number (another test's server).
+    listener.shutdown(socket.SHUT_RDWR)
+    acceptor.join(timeout=5)
+    assert not acceptor.is_alive()
     listener.close()
     for conn in accepted:
         conn.close()
