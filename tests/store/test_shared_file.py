@@ -141,3 +141,34 @@ def test_read_only_store_refuses_writes_and_missing_files(tmp_path: Path) -> Non
         store.start_run(RunInfo(run_id="r", agent="scripted", suite="s"))
     with pytest.raises(StoreError, match="is a directory"):
         ResultStore(tmp_path, read_only=False)
+
+
+def test_a_connection_waits_its_turn_behind_another_process_of_the_product(tmp_path: Path) -> None:
+    """DuckDB's own lock lets short connections of several processes lose writes (see
+    adapters/store/connections.py), so the product's processes also take turns through the lock
+    file beside the database: while another process holds it for writing, nobody connects, and
+    a wait that runs out names who is in the way."""
+    import pytest
+
+    from adapters.store import connections
+
+    db = tmp_path / "results.duckdb"
+    ResultStore(db).close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.readline()",
+         str(connections.lock_file(db))],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        for read_only in (False, True):
+            with pytest.raises(connections.StoreBusyError, match="another process of this product"):
+                with connections.connect(db, read_only=read_only, wait_seconds=0.3):
+                    pass
+    finally:
+        holder.communicate("\n", timeout=10)
+    # Its turn over, the file is free; a nested read in a writing thread shares the writer's turn.
+    with connections.connect(db, read_only=False, wait_seconds=5) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS t (i INTEGER)")
+        with connections.connect(db, read_only=True, wait_seconds=1) as nested:
+            assert nested.execute("SELECT count(*) FROM t").fetchone() == (0,)
