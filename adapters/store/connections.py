@@ -70,14 +70,13 @@ def lock_file(path: Path) -> Path:
 
 def _take_turn(path: Path, read_only: bool) -> int | None:
     """The lock file's descriptor, locked (shared to read, exclusive to write), or None when
-    another process has it the other way. Without a lock file to open (a read-only folder) a
-    reader goes on without one: nobody can be writing there."""
+    another process has it the other way; -1 when there is no lock file to open (a folder
+    nobody may write in): DuckDB's own lock is then all there is, and its own error says why a
+    write cannot open the database."""
     try:
         fd = os.open(lock_file(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError:
-        if read_only:
-            return -1
-        raise
+        return -1
     try:
         fcntl.flock(fd, (fcntl.LOCK_SH if read_only else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except BlockingIOError:
