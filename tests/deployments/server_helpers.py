@@ -7,7 +7,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,10 +14,9 @@ from typing import TypeVar
 
 import requests
 
-from prefect_home import DATABASE, seeded_home
+from prefect_home import DATABASE, PREFECT_BIN, seeded_home
 
 PROJECT = Path(__file__).resolve().parents[2]
-PREFECT_BIN = Path(sys.executable).parent / "prefect"
 T = TypeVar("T")
 
 
