@@ -128,7 +128,16 @@ def evaluate_suite(config: SuiteRunConfig) -> State:
     context = FlowRunContext.get()
     if context is not None and context.flow_run is not None:
         outcome.flow_run_id = str(context.flow_run.id)
+    _outcomes[outcome.run_id] = outcome
     return run_state(outcome)
+
+
+# The outcome each evaluation in this process ended with, by run id, until `run_suite` takes it.
+# The flow's final state carries it too, but when the server had already taken that state (the
+# client resent it after losing the server's answer: a loaded server, a proxy blip), Prefect
+# rejects the copy as a duplicate and hands back the server's own state, without the data: a run
+# that completed would end in a MissingResult traceback (seen with three `arena run`s at once).
+_outcomes: dict[str, RunOutcome] = {}
 
 
 def _evaluate(config: SuiteRunConfig) -> RunOutcome:
@@ -332,7 +341,7 @@ def run_suite(config: SuiteRunConfig, announce: Callable[[str], None] | None = N
     flow = evaluate_suite.with_options(task_runner=ThreadPoolTaskRunner(max_workers=config.pool_size))
     if FlowRunContext.get() is not None:
         with tags(*run_tags(config)):
-            return outcome_of(flow(config, return_state=True))
+            return _outcome(config, flow(config, return_state=True))
     with get_client(sync_client=True) as client:
         flow_run = client.create_flow_run_from_deployment(
             _arena_run_deployment(), parameters={"config": config.model_dump(mode="json")}, tags=run_tags(config),
@@ -342,7 +351,14 @@ def run_suite(config: SuiteRunConfig, announce: Callable[[str], None] | None = N
         url = flow_run_url(flow_run.id)
         if url:
             announce(url)
-    return outcome_of(run_flow(flow, flow_run=flow_run, parameters={"config": config}, return_type="state"))
+    return _outcome(config, run_flow(flow, flow_run=flow_run, parameters={"config": config}, return_type="state"))
+
+
+def _outcome(config: SuiteRunConfig, state: State) -> RunOutcome:
+    """The evaluation's outcome as the flow produced it in this process, else (the flow did not get
+    that far: it crashed) as its final state tells (`outcome_of` raises the crash)."""
+    kept = _outcomes.pop(config.run_id or "", None)
+    return kept if kept is not None else outcome_of(state)
 
 
 def flow_run_url(flow_run_id: Any) -> str | None:

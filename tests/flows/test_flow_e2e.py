@@ -147,3 +147,34 @@ def test_resume_keeps_the_runs_selection_and_record(prefect_server: None, tmp_pa
     assert widened.completeness.selected == 3 and widened.completeness.final == 3
     assert _rows(db, "SELECT count(*) FROM task_results WHERE run_id = 'resume'")[0][0] == 3
     assert _rows(db, "SELECT task_count, status FROM runs WHERE run_id = 'resume'")[0] == (3, "completed")
+
+
+def test_a_lost_answer_to_the_runs_final_state_still_gives_its_outcome(prefect_server: None, tmp_path: Path) -> None:
+    """The server takes the run's Completed state but its answer is lost (a 503 from a proxy in
+    between): the client sends the state again, the server rejects the copy as a duplicate and
+    returns its own state, which has no data. The run still ends with its outcome, not a
+    MissingResult traceback, and the server shows it Completed."""
+    import json
+
+    from prefect import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.evaluate_suite import run_suite
+    from flows.run_config import SuiteRunConfig
+    from lossy_proxy import lossy_proxy
+
+    def final_state(method: str, path: str, body: bytes) -> bool:
+        if method != "POST" or not path.endswith("/set_state") or "/flow_runs/" not in path:
+            return False
+        return json.loads(body or b"{}").get("state", {}).get("type") == "COMPLETED"
+
+    server = str(PREFECT_API_URL.value())
+    with lossy_proxy(server.removesuffix("/api"), final_state) as proxy, \
+            temporary_settings({PREFECT_API_URL: f"{proxy.url}/api"}):
+        outcome = run_suite(SuiteRunConfig(agent="scripted", pool_size=2, domains=["notepad"], run_id="e2e-lost-answer",
+                                           db_path=tmp_path / "arena.duckdb", artifacts_dir=tmp_path / "a"))
+    assert len(proxy.lost) == 1, proxy.lost  # the answer was lost, and only that one
+    assert outcome.status == "completed" and outcome.results and all(r.success for r in outcome.results)
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(outcome.flow_run_id)
+    assert run.state is not None and run.state.is_completed()
