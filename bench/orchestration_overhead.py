@@ -40,17 +40,15 @@ def main() -> None:
     args = parser.parse_args()
     print(conditions(), flush=True)
 
-    from prefect.testing.utilities import prefect_test_harness
-
+    from bench.prefect_server import prefect_test_server
     from flows.evaluate_suite import run_suite
-
     from flows.run_config import SuiteRunConfig
 
     per_task: list[float] = []
     inside_attempt: list[float] = []
     gaps: list[float] = []
     amortised: list[float] = []
-    with tempfile.TemporaryDirectory() as tmp, prefect_test_harness(server_startup_timeout=90):
+    with tempfile.TemporaryDirectory() as tmp, prefect_test_server():
         for repeat in range(args.repeats):
             # The Prefect test server must still be up when its task runs are read back.
             db, run_id = Path(tmp) / "bench.duckdb", f"bench-{repeat}"

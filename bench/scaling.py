@@ -119,7 +119,7 @@ def build_suite(dest: Path, count: int) -> list[str]:
 def run_pool(suite: Path, tmp: Path, index: int, pool: int, latency: float, fresh_db: bool) -> PoolResult:
     """Run number `index` of the whole suite, on `pool` VMs, in a fresh Prefect test server."""
     import duckdb
-    from prefect.testing.utilities import prefect_test_harness
+    from bench.prefect_server import prefect_test_server
 
     from flows.evaluate_suite import run_suite
 
@@ -135,7 +135,7 @@ def run_pool(suite: Path, tmp: Path, index: int, pool: int, latency: float, fres
         artifacts_dir=tmp / f"artifacts-{run_id}",
         run_id=run_id,
     )
-    with prefect_test_harness(server_startup_timeout=90):
+    with prefect_test_server():
         started = time.monotonic()
         run_suite(config)
         wall = time.monotonic() - started

@@ -8,6 +8,7 @@ given up. None of them may turn a finished evaluation into a failed one.
     best_effort(what, call)     call, retried with back-off for up to `retry_for` seconds
     in_background(what, call)   the same in a thread of its own, which the process waits for at exit
     after_background(then)      `then()` once every background call started so far has ended
+    wait_for_background(limit)  block until they have ended (for callers that own the server)
     pool_slots(name, occupy)    hold `occupy` slots of a global concurrency limit for a block
 """
 
@@ -102,6 +103,19 @@ def after_background(then: Callable[[], object]) -> None:
         then()
 
     threading.Thread(target=wait_then, name="bookkeeping-then", daemon=False).start()
+
+
+def wait_for_background(timeout: float) -> bool:
+    """Block until every background call started so far has ended, for up to `timeout` seconds;
+    True when they all did. For whoever stops the Prefect server a process ran against (a test
+    server, a benchmark's): stopped first, the calls still under way would retry against nothing
+    for `RETRY_SECONDS` and hold the process's exit that long."""
+    deadline = time.monotonic() + timeout
+    with _pending_lock:
+        waiting = list(_pending)
+    for thread in waiting:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return not any(thread.is_alive() for thread in waiting)
 
 
 @contextmanager
