@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +15,8 @@ import pytest
 # Before Prefect is imported anywhere: keep tests out of the developer's ~/.prefect, quiet logs.
 _PREFECT_HOME = tempfile.mkdtemp(prefix="arena-test-prefect-")
 os.environ.setdefault("PREFECT_HOME", _PREFECT_HOME)
+# Gone with the test process (each xdist worker has its own); it was left behind in /tmp before.
+atexit.register(shutil.rmtree, _PREFECT_HOME, ignore_errors=True)
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
@@ -82,8 +86,13 @@ def prefect_server() -> Iterator[None]:
     """One Prefect test server for every flow test of the session (starting one takes ~10 s)."""
     from prefect.testing.utilities import prefect_test_harness
 
+    from flows.bookkeeping import RETRY_SECONDS, wait_for_background
+
     with prefect_test_harness(server_startup_timeout=90):
         yield
+        # The runs' background bookkeeping ends before the server does, or it retries against
+        # nothing and holds the test process's exit for a minute.
+        wait_for_background(RETRY_SECONDS)
 
 
 @pytest.fixture(scope="session")
