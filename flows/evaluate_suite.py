@@ -128,16 +128,17 @@ def evaluate_suite(config: SuiteRunConfig) -> State:
     context = FlowRunContext.get()
     if context is not None and context.flow_run is not None:
         outcome.flow_run_id = str(context.flow_run.id)
-    _outcomes[outcome.run_id] = outcome
+    if outcome.run_id in _outcomes:  # `run_suite` in this process waits for it
+        _outcomes[outcome.run_id] = outcome
     return run_state(outcome)
 
 
-# The outcome each evaluation in this process ended with, by run id, until `run_suite` takes it.
-# The flow's final state carries it too, but when the server had already taken that state (the
-# client resent it after losing the server's answer: a loaded server, a proxy blip), Prefect
-# rejects the copy as a duplicate and hands back the server's own state, without the data: a run
-# that completed would end in a MissingResult traceback (seen with three `arena run`s at once).
-_outcomes: dict[str, RunOutcome] = {}
+# The outcome of each evaluation `run_suite` started in this process, by run id (None until the
+# flow ends). The flow's final state carries it too, but when the server had already taken that
+# state (the client resent it after losing the server's answer: a loaded server, a proxy blip),
+# Prefect rejects the copy as a duplicate and hands back the server's own state, without the data:
+# a run that completed would end in a MissingResult traceback (seen with three `arena run`s at once).
+_outcomes: dict[str, RunOutcome | None] = {}
 
 
 def _evaluate(config: SuiteRunConfig) -> RunOutcome:
@@ -336,29 +337,32 @@ def run_suite(config: SuiteRunConfig, announce: Callable[[str], None] | None = N
     Inside another flow (a baseline, the nightly) it is that flow's subflow. On its own (`arena
     run`) it is a run of the `evaluate-suite/arena-run` deployment executed in this process, so
     the Prefect UI can cancel it; `announce` is then given its page's URL before it starts."""
+    run_id = config.run_id or new_run_id()
     if config.run_id is None:
-        config = config.model_copy(update={"run_id": new_run_id()})
+        config = config.model_copy(update={"run_id": run_id})
     flow = evaluate_suite.with_options(task_runner=ThreadPoolTaskRunner(max_workers=config.pool_size))
-    if FlowRunContext.get() is not None:
-        with tags(*run_tags(config)):
-            return _outcome(config, flow(config, return_state=True))
-    with get_client(sync_client=True) as client:
-        flow_run = client.create_flow_run_from_deployment(
-            _arena_run_deployment(), parameters={"config": config.model_dump(mode="json")}, tags=run_tags(config),
-            name=run_name(config),
-        )
-    if announce is not None:
-        url = flow_run_url(flow_run.id)
-        if url:
-            announce(url)
-    return _outcome(config, run_flow(flow, flow_run=flow_run, parameters={"config": config}, return_type="state"))
-
-
-def _outcome(config: SuiteRunConfig, state: State) -> RunOutcome:
-    """The evaluation's outcome as the flow produced it in this process, else (the flow did not get
-    that far: it crashed) as its final state tells (`outcome_of` raises the crash)."""
-    kept = _outcomes.pop(config.run_id or "", None)
-    return kept if kept is not None else outcome_of(state)
+    _outcomes[run_id] = None
+    try:
+        if FlowRunContext.get() is not None:
+            with tags(*run_tags(config)):
+                state = flow(config, return_state=True)
+        else:
+            with get_client(sync_client=True) as client:
+                flow_run = client.create_flow_run_from_deployment(
+                    _arena_run_deployment(), parameters={"config": config.model_dump(mode="json")},
+                    tags=run_tags(config), name=run_name(config),
+                )
+            if announce is not None:
+                url = flow_run_url(flow_run.id)
+                if url:
+                    announce(url)
+            state = run_flow(flow, flow_run=flow_run, parameters={"config": config}, return_type="state")
+        # The outcome as the flow produced it in this process; only when it did not get that far
+        # (it crashed) is the final state read, which raises the crash.
+        kept = _outcomes.get(run_id)
+        return kept if kept is not None else outcome_of(state)
+    finally:
+        _outcomes.pop(run_id, None)
 
 
 def flow_run_url(flow_run_id: Any) -> str | None:
