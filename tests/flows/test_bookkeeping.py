@@ -32,3 +32,46 @@ def test_background_bookkeeping_runs_in_the_callers_prefect_context_and_is_waite
         thread = in_background("reading the API URL", lambda: seen.append(PREFECT_API_URL.value()))
     thread.join(10)
     assert seen == ["http://127.0.0.1:9/api"] and not thread.daemon
+
+
+def test_a_busy_server_is_retried_on_bookkeepings_schedule_not_the_clients_back_off() -> None:
+    """A Prefect server on SQLite answers 503 while its database is busy. Prefect's client would
+    try such a call six times over about two minutes (2, 4, ... 64 s apart); for a bookkeeping call
+    the retries are best_effort's own (1 s, then doubling up to 10 s, within `retry_for`), so a
+    call given half a second is tried once, and gives up without raising."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from prefect import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    seen: list[str] = []
+
+    class Busy(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's name
+            pass
+
+        def busy(self) -> None:
+            seen.append(f"{self.command} {self.path}")
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST = do_DELETE = busy
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Busy)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        def delete_limit() -> None:
+            with get_client(sync_client=True) as client:
+                client.delete_global_concurrency_limit_by_name("waa-pool-busy")
+
+        with temporary_settings({PREFECT_API_URL: f"http://127.0.0.1:{server.server_address[1]}/api"}):
+            assert best_effort("removing a limit", delete_limit, retry_for=0.5) is None
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+    # One request (the client's first, for a CSRF token), not the client's six over two minutes.
+    assert len(seen) == 1, seen
