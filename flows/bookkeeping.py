@@ -25,8 +25,6 @@ from typing import TypeVar
 
 from prefect import get_run_logger
 from prefect.concurrency.sync import concurrency
-from prefect.context import SettingsContext, get_settings_context
-from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, Settings
 
 T = TypeVar("T")
 
@@ -59,12 +57,7 @@ def best_effort(what: str, call: Callable[[], T], retry_for: float = RETRY_SECON
     delay = 1.0
     while True:
         try:
-            # The retries are this loop's. The Prefect client's own ones wait 2, 4, ... 64 s when
-            # the server answers 503, which a Prefect server on SQLite does whenever its database
-            # is busy (the end of a run, several runs at once): one call could take two minutes.
-            # (Without retries the client still waits about 2 s after a 503 before it raises.)
-            with _without_client_retries():
-                return call()
+            return call()
         except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail the run
             if time.monotonic() + delay > deadline:
                 warn(f"{what} failed (given up after {retry_for:g} s; the run's results are not affected): "
@@ -72,27 +65,6 @@ def best_effort(what: str, call: Callable[[], T], retry_for: float = RETRY_SECON
                 return None
             time.sleep(delay)
             delay = min(delay * 2, 10.0)
-
-
-# The current settings without the Prefect client's retries, by the settings they derive from
-# (a few: Prefect's `temporary_settings` takes about 40 ms to derive them, too slow per call).
-_no_retries: dict[int, tuple[Settings, Settings]] = {}
-_no_retries_lock = threading.Lock()
-
-
-@contextmanager
-def _without_client_retries() -> Iterator[None]:
-    """The block runs with the current Prefect settings, except that the client retries nothing."""
-    context = get_settings_context()
-    with _no_retries_lock:
-        cached = _no_retries.get(id(context.settings))
-        if cached is None or cached[0] is not context.settings:
-            if len(_no_retries) >= 8:
-                _no_retries.pop(next(iter(_no_retries)))
-            cached = (context.settings, context.settings.copy_with_update(updates={PREFECT_CLIENT_MAX_RETRIES: 0}))
-            _no_retries[id(context.settings)] = cached
-    with SettingsContext(profile=context.profile, settings=cached[1]):
-        yield
 
 
 def in_background(what: str, call: Callable[[], object], retry_for: float = RETRY_SECONDS) -> threading.Thread:
