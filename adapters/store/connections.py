@@ -126,16 +126,12 @@ def connect(path: Path, *, read_only: bool, wait_seconds: float | None = None) -
                 try:
                     conn = _open(path, read_only)
                     break
-                except duckdb.Error as exc:
+                except BaseException as exc:
                     if not nested:
                         _end_turn(turn)
-                    if not _is_lock_conflict(exc):
+                    if not isinstance(exc, duckdb.Error) or not _is_lock_conflict(exc):
                         raise
                     holder, conflict = lock_holder(exc), exc
-                except BaseException:
-                    if not nested:
-                        _end_turn(turn)
-                    raise
             waited = time.monotonic() - started
             if wait_seconds is not None and waited >= wait_seconds:
                 raise StoreBusyError(

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from adapters.results.metrics import compute_run_metrics
 from adapters.store import ResultStore, RunInfo
@@ -128,8 +129,6 @@ def test_reports_read_while_another_reader_holds_the_file(tmp_path: Path) -> Non
 
 
 def test_read_only_store_refuses_writes_and_missing_files(tmp_path: Path) -> None:
-    import pytest
-
     from adapters.store import StoreError
 
     with pytest.raises(StoreError, match="results database not found"):
@@ -148,8 +147,6 @@ def test_a_connection_waits_its_turn_behind_another_process_of_the_product(tmp_p
     adapters/store/connections.py), so the product's processes also take turns through the lock
     file beside the database: while another process holds it for writing, nobody connects, and
     a wait that runs out names who is in the way."""
-    import pytest
-
     from adapters.store import connections
 
     db = tmp_path / "results.duckdb"
