@@ -35,6 +35,7 @@ Shards (flows/shard.py) run this same engine on their own hosts.
 
 from __future__ import annotations
 
+import concurrent.futures
 import tempfile
 import threading
 import time
@@ -437,10 +438,14 @@ def _wait_for_lanes(lanes: Lanes, futures: list[Any], cancelled: threading.Event
     """Wait until every lane has ended, or until the run is cancelled from Prefect (the UI's
     Cancel, `prefect flow-run cancel`, on this run or a flow run above it): then stop the lanes
     as SIGTERM does (no new task; running attempts get their grace period)."""
-    while not all(_done(f) for f in futures):
-        if cancelled.wait(0.5):
+    # Waiting on the lanes' own futures returns as soon as the last one ends (a poll would add
+    # up to its period to every run's end); the cancellation is looked at twice a second.
+    pending = {f.wrapped_future for f in futures}
+    while pending:
+        if cancelled.is_set():
             _stop_lanes(lanes, futures, "cancelled from Prefect")
             return
+        _, pending = concurrent.futures.wait(pending, timeout=0.5)
 
 
 def _done(future: Any) -> bool:
