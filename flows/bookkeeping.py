@@ -25,6 +25,7 @@ from typing import TypeVar
 
 from prefect import get_run_logger
 from prefect.concurrency.sync import concurrency
+from prefect.context import AsyncClientContext, SyncClientContext
 
 T = TypeVar("T")
 
@@ -73,6 +74,11 @@ def in_background(what: str, call: Callable[[], object], retry_for: float = RETR
     report meanwhile. Not a daemon: the interpreter waits for it before the process exits.
     Its warning stays on the console: by then the run has ended, and the API may be gone."""
     context = contextvars.copy_context()
+    # Without the run's API clients: Prefect hands out the client of the surrounding run, which
+    # the run closes when it ends, and a call still under way (or retried) then would fail until
+    # it gives up. Prefect's `get_client` makes a client of the call's own instead.
+    context.run(SyncClientContext.__var__.set, None)
+    context.run(AsyncClientContext.__var__.set, None)
 
     def work() -> None:
         try:
