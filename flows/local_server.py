@@ -55,6 +55,10 @@ START_TIMEOUT_SECONDS = 120.0
 # found without its supervisor.
 SERVER_DIR_ENV = "ARENA_LOCAL_SERVER_DIR"
 _SUPERVISOR_MODULE = "flows.local_server"
+# The server's app: Prefect's, retrying requests that met a busy database (flows/local_server_app.py).
+_SERVER_APP = "flows.local_server_app:create_app"
+# Prefect's own app, as servers of earlier versions ran it (still found and stopped).
+_PREFECT_APP = "prefect.server.api.server:create_app"
 _CHECK_SECONDS = 1.0
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -315,7 +319,7 @@ def _server_command(port: int) -> list[str]:
 
     return [
         sys.executable, "-m", "uvicorn", "--app-dir", str(Path(prefect.__file__).parent.parent),
-        "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+        "--factory", _SERVER_APP, "--host", "127.0.0.1", "--port", str(port),
         "--log-level", "error", "--lifespan", "on",
         # An open UI connection must not hold a stop back for long.
         "--timeout-graceful-shutdown", "5",
@@ -501,7 +505,7 @@ def find_running_servers() -> list[RunningServer]:
             continue
         if len(cmdline) == 5 and cmdline[1:3] == ["-m", _SUPERVISOR_MODULE] and cmdline[4].isdigit():
             supervisors[process.pid] = (process, Path(cmdline[3]), int(cmdline[4]))
-        elif "uvicorn" in cmdline and "prefect.server.api.server:create_app" in cmdline:
+        elif "uvicorn" in cmdline and {_SERVER_APP, _PREFECT_APP} & set(cmdline):
             servers.append(process)
     found: list[RunningServer] = []
     supervised: set[int] = set()
