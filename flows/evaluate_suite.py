@@ -24,6 +24,7 @@ controller.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -128,17 +129,29 @@ def evaluate_suite(config: SuiteRunConfig) -> State:
     context = FlowRunContext.get()
     if context is not None and context.flow_run is not None:
         outcome.flow_run_id = str(context.flow_run.id)
-    if outcome.run_id in _outcomes:  # `run_suite` in this process waits for it
-        _outcomes[outcome.run_id] = outcome
+    awaited = _outcomes.get(outcome.run_id)
+    if awaited is not None:  # `run_suite` in this process waits for it
+        awaited.outcome = outcome
+        if awaited.on_outcome is not None:
+            awaited.on_outcome(outcome)
     return run_state(outcome)
 
 
-# The outcome of each evaluation `run_suite` started in this process, by run id (None until the
-# flow ends). The flow's final state carries it too, but when the server had already taken that
-# state (the client resent it after losing the server's answer: a loaded server, a proxy blip),
-# Prefect rejects the copy as a duplicate and hands back the server's own state, without the data:
-# a run that completed would end in a MissingResult traceback (seen with three `arena run`s at once).
-_outcomes: dict[str, RunOutcome | None] = {}
+@dataclass
+class _Awaited:
+    """An evaluation `run_suite` started in this process: its outcome once the flow has it, and
+    who hears of it before Prefect has finished the flow run."""
+
+    on_outcome: Callable[[RunOutcome], None] | None = None
+    outcome: RunOutcome | None = None
+
+
+# The evaluations `run_suite` started in this process, by run id. The flow's final state carries
+# the outcome too, but when the server had already taken that state (the client resent it after
+# losing the server's answer: a loaded server, a proxy blip), Prefect rejects the copy as a
+# duplicate and hands back the server's own state, without the data: a run that completed would
+# end in a MissingResult traceback (seen with three `arena run`s at once).
+_outcomes: dict[str, _Awaited] = {}
 
 
 def _evaluate(config: SuiteRunConfig) -> RunOutcome:
@@ -330,18 +343,24 @@ def _summarize(
 ARENA_RUN_DEPLOYMENT = "arena-run"
 
 
-def run_suite(config: SuiteRunConfig, announce: Callable[[str], None] | None = None) -> RunOutcome:
+def run_suite(config: SuiteRunConfig, announce: Callable[[str], None] | None = None,
+              on_outcome: Callable[[RunOutcome], None] | None = None) -> RunOutcome:
     """Run the evaluation with a task runner sized to the pool and return its outcome (the run
     id is fixed up front, so the cancellation hook can find the run's cloud resources by tag).
 
     Inside another flow (a baseline, the nightly) it is that flow's subflow. On its own (`arena
     run`) it is a run of the `evaluate-suite/arena-run` deployment executed in this process, so
-    the Prefect UI can cancel it; `announce` is then given its page's URL before it starts."""
+    the Prefect UI can cancel it; `announce` is then given its page's URL before it starts.
+
+    `on_outcome(outcome)` is called as soon as the flow has its outcome (its results stored, the
+    store closed), while Prefect still finishes the flow run (its final state, its heartbeat: most
+    of a second): for work on the stored results that may overlap that, such as the HTML report.
+    It runs inside the flow, so it must return at once and not raise (start a thread)."""
     run_id = config.run_id or new_run_id()
     if config.run_id is None:
         config = config.model_copy(update={"run_id": run_id})
     flow = evaluate_suite.with_options(task_runner=ThreadPoolTaskRunner(max_workers=config.pool_size))
-    _outcomes[run_id] = None
+    _outcomes[run_id] = _Awaited(on_outcome)
     try:
         if FlowRunContext.get() is not None:
             with tags(*run_tags(config)):
@@ -359,7 +378,7 @@ def run_suite(config: SuiteRunConfig, announce: Callable[[str], None] | None = N
             state = run_flow(flow, flow_run=flow_run, parameters={"config": config}, return_type="state")
         # The outcome as the flow produced it in this process; only when it did not get that far
         # (it crashed) is the final state read, which raises the crash.
-        kept = _outcomes.get(run_id)
+        kept = _outcomes[run_id].outcome
         return kept if kept is not None else outcome_of(state)
     finally:
         _outcomes.pop(run_id, None)

@@ -26,10 +26,20 @@ def test_scripted_agent_solves_the_bundled_suite(prefect_server: None, tmp_path:
     from flows.evaluate_suite import run_suite
     from flows.run_config import SuiteRunConfig
 
+    from adapters.store.duckdb_store import ResultStore
+
     db = tmp_path / "arena.duckdb"
+    heard = []
+
+    def hear(outcome) -> None:  # as `arena run` starts its report: the run's stored results are final
+        with ResultStore(db, read_only=True) as store:
+            heard.append((outcome, store.get_run(outcome.run_id).status))
+
     outcome = run_suite(
-        SuiteRunConfig(agent="scripted", pool_size=3, db_path=db, artifacts_dir=tmp_path / "artifacts", run_id="e2e-scripted")
+        SuiteRunConfig(agent="scripted", pool_size=3, db_path=db, artifacts_dir=tmp_path / "artifacts", run_id="e2e-scripted"),
+        on_outcome=hear,
     )
+    assert len(heard) == 1 and heard[0][0] is outcome and heard[0][1] == "completed"
     failures = [(r.task_id, r.outcome.value, r.reason) for r in outcome.results if not r.success]
     assert failures == []
     assert len(outcome.results) == len(bundled_ids) >= 12
