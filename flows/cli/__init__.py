@@ -20,6 +20,8 @@ flow start at once.
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -87,6 +89,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Called as the process's own command (not from Python with an argument list): the process
     # is ours to watch over (see flows/reaper.py).
     args.owns_process = argv is None
+    if args.owns_process:
+        # Python's last garbage collection at exit walks every object of the run and of the
+        # ~1,400 modules it imported (0.4 s measured after `arena run`), to free memory the
+        # process is about to give back anyway. Registered before anything else, so it runs
+        # after every other exit handler (Prefect's flushes, closing files).
+        atexit.register(gc.freeze)
     args.command_parser = parser.command_parser(args)  # for hints that repeat the command's options
     try:
         return int(args.func(args))
