@@ -12,6 +12,11 @@ database stays busy for `RETRY_SECONDS` does the client get the 503 (and retries
 The request is replayed exactly (its body is read once and kept); the handler rolled its
 transaction back when it failed, so a replay is what the client's own retry would send.
 
+Its SQLite connections also wait at most `BUSY_TIMEOUT_MS` for another connection's lock, where
+Prefect sets 60 s: about one warm `arena run` in thirty spent a minute at its end on a request
+waiting out those 60 s (a lock held that long; its holder was not found). Given up after 5 s, the
+request fails with the same 503 and is tried again.
+
     python -m uvicorn --factory flows.local_server_app:create_app ...
 """
 
