@@ -53,6 +53,10 @@ def create_app() -> ASGIApp:
 
 
 def _shorter_busy_timeout(dbapi_connection: Any, *_: Any) -> None:
+    from sqlalchemy.dialects.sqlite.aiosqlite import AsyncAdapt_aiosqlite_connection
+
+    if not isinstance(dbapi_connection, AsyncAdapt_aiosqlite_connection):
+        return  # a server told to use PostgreSQL (PREFECT_API_DATABASE_CONNECTION_URL)
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -73,7 +77,7 @@ class RetryWhileBusy:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        body, more = await _read_body(receive)
+        body, after = await _read_body(receive)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.retry_seconds
         pause = FIRST_PAUSE_SECONDS
@@ -83,7 +87,7 @@ class RetryWhileBusy:
             try:
                 # A copy of the scope each time: routing rewrites it (a mount adds its path to
                 # `root_path`), and a second pass over the same one would find no route.
-                await self.app(dict(scope), _replay(body, more, receive), _holding_busy(send, held))
+                await self.app(dict(scope), _replay(body, after, receive), _holding_busy(send, held))
             except Exception as exc:
                 # Starlette raises the error again after its handler has answered (the 503 held
                 # here), for the server to log; anything else is not ours to handle.
