@@ -12,7 +12,7 @@ import signal
 import socket
 import sys
 import tempfile
-import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -200,9 +200,7 @@ class ReportAhead:
 
     def __init__(self, db: Path | str) -> None:
         self._db = db
-        self._thread: threading.Thread | None = None
-        self._written: Path | None = None
-        self._error: BaseException | None = None
+        self._report: Future[tuple[str, Path]] | None = None
 
     def start(self, outcome: RunOutcome) -> None:
         """Begin writing the report of `outcome`'s run, unless the run has no report to show
@@ -211,24 +209,16 @@ class ReportAhead:
 
         if outcome.stopped_by is not None or outcome.status == STORE_FAILED:
             return
-        self._thread = threading.Thread(target=self._write, args=(outcome.run_id,), name="arena-report")
-        self._thread.start()
-
-    def _write(self, run_id: str) -> None:
-        try:
-            _, self._written = write_run_report(self._db, run_id)
-        except BaseException as exc:  # noqa: BLE001 - handed to whoever asks for the report
-            self._error = exc
+        writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arena-report")
+        self._report = writer.submit(write_run_report, self._db, outcome.run_id)
+        writer.shutdown(wait=False)  # the report goes on; no more work for this thread
 
     def path(self, run_id: str) -> Path:
-        """The report of `run_id`: the one begun early once it is written, else written now."""
-        if self._thread is None:
+        """The report of `run_id`: the one begun early once it is written (its error raised
+        here), else written now."""
+        if self._report is None:
             return write_run_report(self._db, run_id)[1]
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._written is not None
-        return self._written
+        return self._report.result()[1]
 
 
 def _stored_status(db: Path | str, run_id: str) -> str | None:
