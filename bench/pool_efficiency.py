@@ -44,11 +44,15 @@ Per pool size it prints, on the same durations:
   "LPT, exact durations" orders longest first by the true durations (plus the mean reset) with
   the failures still unforeseen, i.e. perfect history; "clairvoyant LPT" also knows the failures
   (each task's whole time, failed attempts included); "clairvoyant packed" packs that knowledge
-  offline (`packed_minutes`), showing how close to the ideal bound any schedule can get.
+  offline (`packed_minutes`), showing how close to the ideal bound any schedule can get. Their
+  machines start fresh too: each machine's first task skips its reset.
 Columns: wall time in real minutes; the ideal bound max(total work / N, longest task), where
 total work is every attempt's reset and run time (failed attempts included, the same for all
-rows) and the longest task is the longest chain of one task's attempts; efficiency = ideal /
-wall; "no-overhead" is the wall time greedy list scheduling of the same order would reach with
+rows) less the resets fresh VMs can skip (at most one per VM that starts clean: the N of the
+pool plus a replacement per failed attempt, counted as the largest resets of all), and the
+longest task is the longest chain of one task's attempts with no reset at all; so no schedule
+can end sooner, the product's included (a bound that kept every reset read 112 % at 100 VMs
+once the product skipped a fresh VM's reset); efficiency = ideal / wall; "no-overhead" is the wall time greedy list scheduling of the same order would reach with
 no VM boot, no thread or lock cost and failures retried in place at once (it separates the
 order's own loss from the implementation's); VM-hours from each VM's ready until it was retired
 or torn down (replacements count from when they are up; WAA's VMs until their slice ends);
@@ -64,10 +68,10 @@ i.e. 0.4 real minutes at the default scale, which a real run does not spend).
 
 Reading the numbers: "no-overhead" close to the measured wall means the implementation (leases,
 locks, retries, retirement) costs little and the gap to the ideal is the order's. Longest-first
-greedy scheduling leaves 5-7 % at 40 VMs even with exact durations and no failures: with
-about 4 tasks per VM, the last ones to start (the shortest, 3.5-8 min with their reset) cannot
-make every VM end at the same time, which the ideal assumes; "clairvoyant packed" shows the
-ideal itself is reachable (within 0.5 %) by an offline packing that knows everything. An
+greedy scheduling leaves 5-10 % at 40 VMs even with exact durations: with about 4 tasks per VM,
+the last ones to start (the shortest, 3.5-8 min with their reset) cannot make every VM end at
+the same time, which the ideal assumes; "clairvoyant packed" shows the ideal itself is reachable
+(within about 1 %) by an offline packing that knows everything. An
 infrastructure error late in the run puts the failed attempt and its retry on the critical path,
 which no online scheduler can foresee, while the ideal and the clairvoyant rows count them as if
 it could: the gap between "LPT, exact durations" and "clairvoyant LPT" is that loss.
@@ -170,8 +174,19 @@ class TaskPlan:
 
     @property
     def minutes(self) -> float:
-        """All its attempts back to back: the shortest time the task can take."""
+        """All its attempts back to back, each after its reset."""
         return sum(a.minutes for a in self.attempts)
+
+    @property
+    def run_minutes(self) -> float:
+        """All its attempts back to back, none after a reset (each on a VM fresh from the clean
+        state): the shortest time the task can take."""
+        return sum(a.run_minutes for a in self.attempts)
+
+    def minutes_on(self, fresh: bool) -> float:
+        """All its attempts back to back on one machine, the first without its reset when the
+        machine is `fresh` (its first task: the product skips that reset)."""
+        return self.minutes - (self.attempts[0].reset_minutes if fresh else 0.0)
 
 
 @dataclass(frozen=True)
@@ -187,15 +202,24 @@ class Workload:
 
     @property
     def longest_minutes(self) -> float:
-        return max(t.minutes for t in self.tasks)
+        """The longest task with every attempt on a fresh VM (no reset): no schedule ends sooner."""
+        return max(t.run_minutes for t in self.tasks)
 
     @property
     def failed_attempts(self) -> int:
         return sum(a.fails for t in self.tasks for a in t.attempts)
 
+    def work_minutes(self, vms: int) -> float:
+        """The total work less the most resets any schedule on `vms` VMs can skip: one per VM
+        fresh from the clean state (the pool's `vms`, plus a replacement per failed attempt),
+        taken as the largest resets of all."""
+        fresh_starts = vms + self.failed_attempts
+        resets = sorted((a.reset_minutes for t in self.tasks for a in t.attempts), reverse=True)
+        return self.total_minutes - sum(resets[:fresh_starts])
+
     def ideal_minutes(self, vms: int) -> float:
         """The lower bound on any schedule's wall time on `vms` VMs."""
-        return max(self.total_minutes / vms, self.longest_minutes)
+        return max(self.work_minutes(vms) / vms, self.longest_minutes)
 
     def plan_of(self, task_id: str) -> TaskPlan:
         return self._by_id[task_id]
@@ -431,7 +455,7 @@ def run_product(name: str, workload: Workload, order: list[BenchmarkTask], vms: 
     return Measured(
         name=name, wall_minutes=clock.minutes(ended - started), vm_hours=clock.minutes(vm_seconds) / 60,
         finished=len(recorder.final), retired=pool.retired, replaced=pool.replacements,
-        no_overhead_minutes=list_schedule_minutes(workload, order, pool.size),
+        no_overhead_minutes=list_schedule_minutes(workload, order, pool.size, fresh=fresh_vms),
         hedging="" if hedging is None else (
             f"{hedging.stats.started} copies, {hedging.stats.used} stood in for a failed attempt, "
             f"{hedging.stats.dropped} dropped (+{clock.minutes(hedging.stats.extra_vm_seconds) / 60:.2f} VM-hours)"),
@@ -508,48 +532,66 @@ def waa_static_slices(workload: Workload, vms: int) -> Measured:
     )
 
 
-def list_schedule_minutes(workload: Workload, order: list[BenchmarkTask], vms: int) -> float:
+def list_schedule_minutes(workload: Workload, order: list[BenchmarkTask], vms: int, fresh: bool = True) -> float:
     """Wall time of greedy list scheduling of `order` on `vms` machines with no overhead: each
-    task, in order, starts on the first free machine and runs all its attempts there."""
-    free_at = [0.0] * vms
+    task, in order, starts on the first free machine and runs all its attempts there; a
+    machine's first task skips its reset when the machines start `fresh`, as the product's do."""
+    free_at = [(0.0, machine) for machine in range(vms)]
+    used: set[int] = set()
     for task in order:
-        start = heapq.heappop(free_at)
-        heapq.heappush(free_at, start + workload.plan_of(task.task_id).minutes)
-    return max(free_at)
+        start, machine = heapq.heappop(free_at)
+        plan = workload.plan_of(task.task_id)
+        heapq.heappush(free_at, (start + plan.minutes_on(fresh and machine not in used), machine))
+        used.add(machine)
+    return max(end for end, _ in free_at)
 
 
-def packed_minutes(minutes: list[float], vms: int, rounds: int = 10_000) -> float:
-    """Wall time of an offline packing of jobs of `minutes` on `vms` machines: longest first, then
+@dataclass(frozen=True)
+class Job:
+    """A task for the offline packing: its time after a reset, and the reset a fresh machine skips."""
+
+    minutes: float
+    skipped_reset: float
+
+
+def machine_load(jobs: list[Job]) -> float:
+    """A machine's busy time: its jobs back to back, the one with the largest reset run first on
+    the fresh machine, without that reset."""
+    return sum(j.minutes for j in jobs) - max((j.skipped_reset for j in jobs), default=0.0)
+
+
+def packed_minutes(jobs: list[Job], vms: int, rounds: int = 10_000) -> float:
+    """Wall time of an offline packing of `jobs` on `vms` fresh machines: longest first, then
     improved by moving one job, or swapping two, between the machine that ends last and another
     while that makes the later of the two end earlier (a local search: no optimum is claimed, but
-    it ends within a fraction of a percent of the ideal on this workload)."""
-    loads: list[float] = [0.0] * vms
-    jobs: list[list[float]] = [[] for _ in range(vms)]
-    for m in sorted(minutes, reverse=True):
-        j = min(range(vms), key=loads.__getitem__)
-        jobs[j].append(m)
-        loads[j] += m
+    it ends within about a percent of the ideal bound on this workload)."""
+    machines: list[list[Job]] = [[] for _ in range(vms)]
+    for job in sorted(jobs, key=lambda j: j.minutes, reverse=True):
+        min(machines, key=machine_load).append(job)
+    loads = [machine_load(m) for m in machines]
     for _ in range(rounds):
         top = max(range(vms), key=loads.__getitem__)
-        best: tuple[float, int, float, float] | None = None  # gain, other machine, job out, job back (0: none)
+        # The best move: the later end of the pair after it, the other machine, job out, job back.
+        best: tuple[float, int, Job, Job | None] | None = None
         for other in range(vms):
-            gap = loads[top] - loads[other]
-            for out in jobs[top]:
-                for back in [0.0, *jobs[other]]:
-                    # The pair's later end drops by min(d, gap - d) when 0 < d < gap.
-                    d = out - back
-                    if 0 < d < gap and (best is None or min(d, gap - d) > best[0]):
-                        best = (min(d, gap - d), other, out, back)
-        if best is None or best[0] < 1e-9:
+            if other == top:
+                continue
+            for out in machines[top]:
+                for back in [None, *machines[other]]:
+                    kept = [j for j in machines[top] if j is not out] + ([back] if back else [])
+                    taken = [j for j in machines[other] if j is not back] + [out]
+                    later = max(machine_load(kept), machine_load(taken))
+                    if later < loads[top] - 1e-9 and (best is None or later < best[0]):
+                        best = (later, other, out, back)
+        if best is None:
             break
         _, other, out, back = best
-        jobs[top].remove(out)
-        jobs[other].append(out)
-        if back:
-            jobs[other].remove(back)
-            jobs[top].append(back)
-        loads[top] -= out - back
-        loads[other] += out - back
+        machines[top].remove(out)
+        machines[other].append(out)
+        if back is not None:
+            machines[other].remove(back)
+            machines[top].append(back)
+        loads[top], loads[other] = machine_load(machines[top]), machine_load(machines[other])
     return max(loads)
 
 
@@ -565,15 +607,20 @@ def reference_rows(workload: Workload, vms: int) -> list[Measured]:
     suite_order = [t.task for t in workload.tasks]
     exact = history(workload, seed=0, noise=0.0)  # noise 0: the true mean reset + duration
     whole = {t.task.task_id: t.minutes for t in workload.tasks}
+    machines = min(vms, len(suite_order))
+    # VM-hours: the work less one reset per machine (its first task's), as on fresh VMs.
+    work = workload.total_minutes - sum(sorted((t.attempts[0].reset_minutes for t in workload.tasks),
+                                               reverse=True)[:machines])
 
     def row(name: str, wall: float) -> Measured:
-        return Measured(name=name, wall_minutes=wall, vm_hours=workload.total_minutes / 60, finished=len(suite_order),
+        return Measured(name=name, wall_minutes=wall, vm_hours=work / 60, finished=len(suite_order),
                         retired=None, replaced=0, no_overhead_minutes=wall)
 
+    jobs = [Job(t.minutes, t.attempts[0].reset_minutes) for t in workload.tasks]
     return [
         row("LPT, exact durations (computed)", list_schedule_minutes(workload, longest_first(suite_order, exact), vms)),
         row("clairvoyant LPT (computed)", list_schedule_minutes(workload, longest_first(suite_order, whole), vms)),
-        row("clairvoyant packed (computed)", packed_minutes(list(whole.values()), min(vms, len(suite_order)))),
+        row("clairvoyant packed (computed)", packed_minutes(jobs, machines)),
     ]
 
 
@@ -600,10 +647,10 @@ def measure_pool(workload: Workload, vms: int, clock: Clock, args: argparse.Name
 
 
 def print_pool(workload: Workload, vms: int, rows: list[Measured]) -> None:
-    ideal = workload.ideal_minutes(vms)
-    bound = "total work / N" if workload.total_minutes / vms >= workload.longest_minutes else "the longest task"
-    print(f"\n{vms} VMs: ideal {ideal:.1f} min ({bound}: work {workload.total_minutes:.0f} min / {vms} = "
-          f"{workload.total_minutes / vms:.1f}, longest task {workload.longest_minutes:.1f})")
+    ideal, work = workload.ideal_minutes(vms), workload.work_minutes(vms)
+    bound = "total work / N" if work / vms >= workload.longest_minutes else "the longest task"
+    print(f"\n{vms} VMs: ideal {ideal:.1f} min ({bound}: work {work:.0f} min / {vms} = {work / vms:.1f}, "
+          f"longest task {workload.longest_minutes:.1f}; both without the resets fresh VMs can skip)")
     print(f"  {'scheduler':<32} {'wall min':>8} {'efficiency':>10} {'no-overhead':>11} {'VM-hours':>8} "
           f"{'retired':>7} {'replaced':>8} {'finished':>8}")
     for r in rows:
