@@ -214,6 +214,12 @@ def _evaluate(config: SuiteRunConfig) -> RunOutcome:
         results: list[BenchmarkResult] = []
         stopped_by: str | None = None
         completeness: RunCompleteness | None = None
+
+        def counted_so_far() -> RunCompleteness | None:
+            """The run's results on the way out of a stop (best effort: the store may be why)."""
+            return best_effort("counting the run's results",
+                               lambda: run_completeness(store, run_id, tasks, budget, trials), retry_for=0)
+
         try:
             with watch_cancellation(request.cancelled), Heartbeat(lambda: store.heartbeat(run_id, controller)):
                 if config.shards:
@@ -245,8 +251,17 @@ def _evaluate(config: SuiteRunConfig) -> RunOutcome:
             cancelled = cancellation_requested()
             status = "cancelled" if cancelled else "interrupted"
             stopped_by = "prefect" if cancelled else "ctrl-c" if isinstance(stop, KeyboardInterrupt) else "sigterm"
-            completeness = best_effort("counting the run's results",
-                                       lambda: run_completeness(store, run_id, tasks, budget, trials), retry_for=0)
+            completeness = counted_so_far()
+        except Exception:
+            # An error on the way out of a cancelled run (a runner's SIGTERM can land in the
+            # middle of the stop and its teardown): the run was cancelled, not failed, so it is
+            # stored as such and resumes as such; the error is logged for what it is. Any other
+            # error fails the run.
+            if not (request.cancelled.is_set() or cancellation_requested()):
+                raise
+            logger.exception("run %s: an error while the cancelled run was stopping", run_id)
+            status, stopped_by = "cancelled", "prefect"
+            completeness = counted_so_far()
         finally:
             try:
                 store.finish_run(run_id, status)
