@@ -314,7 +314,8 @@ class _HeldHome:
 _SERVICES_OFF = ("SCHEDULER", "LATE_RUNS", "FOREMAN", "PAUSE_EXPIRATIONS", "REPOSSESSOR", "DB_VACUUM")
 
 
-def _server_command(port: int) -> list[str]:
+def server_command(port: int) -> list[str]:
+    """The local server's process: uvicorn serving `_SERVER_APP` on 127.0.0.1:`port`."""
     import prefect
 
     return [
@@ -324,6 +325,22 @@ def _server_command(port: int) -> list[str]:
         # An open UI connection must not hold a stop back for long.
         "--timeout-graceful-shutdown", "5",
     ]
+
+
+def server_settings(port: int) -> dict[str, str]:
+    """The Prefect settings (environment variables) of the local server on `port`."""
+    return {
+        # The services that make runs visible: task runs reach the server only as events, which
+        # the task-run recorder writes (without it the UI shows every run with no task runs), the
+        # event persister feeds the run graph and the event feed, triggers run a user's automations,
+        # cancellation clean-up ends a cancelled run's children. Off: the scheduler, late runs and
+        # the rest; runs need none of them, and a served deployment's schedule belongs to the
+        # team's own server.
+        **{f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false" for name in _SERVICES_OFF},
+        "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",  # the UI calls the API at this address
+        "PREFECT_SERVER_API_PORT": str(port),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
 
 
 def _dies_with_this_process() -> Callable[[], None] | None:
@@ -363,21 +380,8 @@ def supervise(directory: Path, port: int) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, stop)
     api_url = f"http://127.0.0.1:{port}/api"
-    env = {
-        **os.environ,
-        # The services that make runs visible: task runs reach the server only as events, which
-        # the task-run recorder writes (without it the UI shows every run with no task runs), the
-        # event persister feeds the run graph and the event feed, triggers run a user's automations,
-        # cancellation clean-up ends a cancelled run's children. Off: the scheduler, late runs and
-        # the rest; runs need none of them, and a served deployment's schedule belongs to the
-        # team's own server.
-        **{f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false" for name in _SERVICES_OFF},
-        "PREFECT_API_URL": api_url,  # the UI calls the API at this address
-        "PREFECT_SERVER_API_PORT": str(port),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        SERVER_DIR_ENV: str(directory),
-    }
-    server = subprocess.Popen(_server_command(port), env=env, stdin=subprocess.DEVNULL,
+    env = {**os.environ, **server_settings(port), SERVER_DIR_ENV: str(directory)}
+    server = subprocess.Popen(server_command(port), env=env, stdin=subprocess.DEVNULL,
                               preexec_fn=_dies_with_this_process())
     try:
         if _wait_healthy(server, api_url, lambda: stopping):

@@ -82,17 +82,28 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def prefect_server() -> Iterator[None]:
-    """One Prefect test server for every flow test of the session (starting one takes ~10 s)."""
-    from prefect.testing.utilities import prefect_test_harness
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One Prefect server for every flow test of the test process: the local server's app, as
+    `arena run` starts it (tests/prefect_test_server.py)."""
+    from prefect.context import _temporary_global_settings_context, get_settings_context
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect_test_server import local_app_server
 
     from flows.bookkeeping import RETRY_SECONDS, wait_for_background
 
-    with prefect_test_harness(server_startup_timeout=90):
-        yield
-        # The runs' background bookkeeping ends before the server does, or it retries against
-        # nothing and holds the test process's exit for a minute.
-        wait_for_background(RETRY_SECONDS)
+    with local_app_server(tmp_path_factory.mktemp("prefect-server")) as api_url:
+        # Also the process-wide settings, as Prefect's own test harness does (with this private
+        # helper): a test's own threads start without this context and would otherwise start a
+        # temporary server of their own.
+        with temporary_settings({PREFECT_API_URL: api_url}), _temporary_global_settings_context(get_settings_context()):
+            yield
+            # The runs' background bookkeeping, logs and events end before the server does, or
+            # they retry against nothing and hold the test process's exit.
+            wait_for_background(RETRY_SECONDS)
+            APILogWorker.drain_all(timeout=10)
+            EventsWorker.drain_all(timeout=10)
 
 
 @pytest.fixture(scope="session")
