@@ -343,7 +343,7 @@ def server_settings(port: int) -> dict[str, str]:
     }
 
 
-def _dies_with_this_process() -> Callable[[], None] | None:
+def dies_with_this_process() -> Callable[[], None] | None:
     """A `preexec_fn` that has the kernel SIGKILL the child when this process ends, even by
     SIGKILL (Linux's PR_SET_PDEATHSIG); None where that does not exist."""
     if not sys.platform.startswith("linux"):
@@ -382,7 +382,7 @@ def supervise(directory: Path, port: int) -> None:
     api_url = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, **server_settings(port), SERVER_DIR_ENV: str(directory)}
     server = subprocess.Popen(server_command(port), env=env, stdin=subprocess.DEVNULL,
-                              preexec_fn=_dies_with_this_process())
+                              preexec_fn=dies_with_this_process())
     try:
         if _wait_healthy(server, api_url, lambda: stopping):
             _write_record(home, api_url, port, server.pid)

@@ -42,7 +42,7 @@ def _answers(api_url: str) -> bool:
 def local_app_server(folder: Path) -> Iterator[str]:
     """The local server's app on a free port, its home and log in `folder`; yields its API URL
     and stops it (and nothing else) at the end."""
-    from flows.local_server import server_command, server_settings
+    from flows.local_server import dies_with_this_process, server_command, server_settings
 
     home = folder / "home"
     seeded_home(home)
@@ -56,8 +56,9 @@ def local_app_server(folder: Path) -> Iterator[str]:
     }
     log = folder / "server.log"
     with log.open("ab") as out:
+        # Ends with the test process even when that is killed (a test run cut off, a crashed worker).
         proc = subprocess.Popen(server_command(port), env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=dies_with_this_process())
     api_url = env["PREFECT_API_URL"]
     try:
         deadline = time.monotonic() + START_SECONDS
