@@ -252,7 +252,7 @@ def _evaluate(config: SuiteRunConfig) -> RunOutcome:
             status = "cancelled" if cancelled else "interrupted"
             stopped_by = "prefect" if cancelled else "ctrl-c" if isinstance(stop, KeyboardInterrupt) else "sigterm"
             completeness = counted_so_far()
-        except Exception:
+        except BaseException as error:
             # An error on the way out of a cancelled run (a runner's SIGTERM can land in the
             # middle of the stop and its teardown): the run was cancelled, not failed, so it is
             # stored as such and resumes as such; the error is logged for what it is. Any other
@@ -262,6 +262,8 @@ def _evaluate(config: SuiteRunConfig) -> RunOutcome:
             logger.exception("run %s: an error while the cancelled run was stopping", run_id)
             status, stopped_by = "cancelled", "prefect"
             completeness = counted_so_far()
+            if not isinstance(error, Exception):
+                raise  # Prefect's own signals, an interpreter exit: they go on, once the status is stored
         finally:
             try:
                 store.finish_run(run_id, status)
