@@ -51,12 +51,13 @@ total work is every attempt's reset and run time (failed attempts included, the 
 rows) less the resets fresh VMs can skip (at most one per VM that starts clean: the N of the
 pool plus a replacement per failed attempt, counted as the largest resets of all), and the
 longest task is the longest chain of one task's attempts with no reset at all; so no schedule
-can end sooner, the product's included (a bound that kept every reset read 112 % at 100 VMs
-once the product skipped a fresh VM's reset); efficiency = ideal / wall; "no-overhead" is the wall time greedy list scheduling of the same order would reach with
-no VM boot, no thread or lock cost and failures retried in place at once (it separates the
-order's own loss from the implementation's); VM-hours from each VM's ready until it was retired
-or torn down (replacements count from when they are up; WAA's VMs until their slice ends);
-VMs retired early by `retire_spare`, and VMs replaced.
+can end sooner, the product's included (a bound that kept every reset read 112 % at 100 VMs once
+the product skipped a fresh VM's reset); efficiency = ideal / wall; "no-overhead" is the wall
+time greedy list scheduling of the same order would reach with no VM boot, no thread or lock
+cost and failures retried in place at once (it separates the order's own loss from the
+implementation's); VM-hours from each VM's ready until it was retired or torn down (replacements
+count from when they are up; WAA's VMs until their slice ends); VMs retired early by
+`retire_spare`, and VMs replaced.
 
 VM boot: every VM boots in the same `--boot-minutes` (default 5), so the pool comes up at once.
 Wall time starts when the first VM is ready (where a real run's lanes start) and ends when the
@@ -68,13 +69,14 @@ i.e. 0.4 real minutes at the default scale, which a real run does not spend).
 
 Reading the numbers: "no-overhead" close to the measured wall means the implementation (leases,
 locks, retries, retirement) costs little and the gap to the ideal is the order's. Longest-first
-greedy scheduling leaves 5-10 % at 40 VMs even with exact durations: with about 4 tasks per VM,
-the last ones to start (the shortest, 3.5-8 min with their reset) cannot make every VM end at
-the same time, which the ideal assumes; "clairvoyant packed" shows the ideal itself is reachable
-(within about 1 %) by an offline packing that knows everything. An
-infrastructure error late in the run puts the failed attempt and its retry on the critical path,
-which no online scheduler can foresee, while the ideal and the clairvoyant rows count them as if
-it could: the gap between "LPT, exact durations" and "clairvoyant LPT" is that loss.
+greedy scheduling leaves about 7 % at 40 VMs even knowing every duration and failure in advance
+(clairvoyant LPT, seeds 1-10): with about 4 tasks per VM, the last ones to start (the shortest,
+3.5-8 min with their reset) cannot make every VM end at the same time, which the ideal assumes;
+"clairvoyant packed" shows the ideal itself is reachable (within about 1 %) by an offline
+packing that knows everything. An infrastructure error late in the run puts the failed attempt
+and its retry on the critical path, which no online scheduler can foresee, while the ideal and
+the clairvoyant rows count them as if it could: the gap between "LPT, exact durations" and
+"clairvoyant LPT" is that loss.
 
 Seeds: one seed is a single draw of durations and failures, and at 40 VMs the efficiency moves by
 several points from one to the next (mostly with where the failures fall). `--seeds 1,2,3,4,5`
