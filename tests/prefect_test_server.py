@@ -11,38 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import requests
-
 from prefect_home import seeded_home
-
-START_SECONDS = 90.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _answers(api_url: str) -> bool:
-    try:
-        return requests.get(f"{api_url}/health", timeout=2).ok
-    except requests.RequestException:
-        return False
 
 
 @contextlib.contextmanager
 def local_app_server(folder: Path) -> Iterator[str]:
     """The local server's app on a free port, its home and log in `folder`; yields its API URL
     and stops it (and nothing else) at the end."""
-    from flows.local_server import dies_with_this_process, server_command, server_settings
+    # The local server's own pieces: its command and settings, port choice, wait and stop.
+    from flows.local_server import (_end, _free_port, _wait_healthy, dies_with_this_process, server_command,
+                                    server_settings)
 
     home = folder / "home"
     seeded_home(home)
@@ -61,18 +43,9 @@ def local_app_server(folder: Path) -> Iterator[str]:
                                 stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=dies_with_this_process())
     api_url = env["PREFECT_API_URL"]
     try:
-        deadline = time.monotonic() + START_SECONDS
-        while not _answers(api_url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the tests' Prefect server did not start (exit {proc.poll()}); its log, "
-                                   f"{log}:\n{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(0.1)
+        if not _wait_healthy(proc, api_url, lambda: False):
+            raise RuntimeError(f"the tests' Prefect server did not start (exit {proc.poll()}); its log, "
+                               f"{log}:\n{log.read_text(errors='replace')[-3000:]}")
         yield api_url
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        _end(proc)
