@@ -450,12 +450,12 @@ def test_r7_one_deadline_covers_a_reads_retries() -> None:
     thread.start()
     try:
         port = listener.getsockname()[1]
-        client = WAAClient(f"http://127.0.0.1:{port}", timeouts=WAATimeouts(accessibility=1.0), read_retries=3,
+        client = WAAClient(f"http://127.0.0.1:{port}", timeouts=WAATimeouts(accessibility=1.0), read_retries=10,
                            backoff_seconds=0.05)
         started = time.monotonic()
         with pytest.raises(WAAConnectionError, match="/accessibility: no answer within 1 s"):
             client.accessibility()
-        assert time.monotonic() - started < 1.6
+        assert time.monotonic() - started < 5  # one 1 s deadline, not ten
     finally:
         stop.set()
         thread.join()

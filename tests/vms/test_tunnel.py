@@ -246,11 +246,11 @@ def test_wrong_key_is_a_clear_error_naming_the_host(sshd, sim, tmp_path):
 def test_unreachable_sshd_names_the_host(sim, tmp_path, _sshd_available):
     port = free_local_port()  # nothing listens there
     target = SSHTarget(host="127.0.0.1", port=port, user="nobody", known_hosts_file=tmp_path / "kh",
-                       connect_timeout=2, config_file=Path("/dev/null"))
+                       connect_timeout=60, config_file=Path("/dev/null"))
     started = time.monotonic()
     with pytest.raises(TunnelError, match=f"127.0.0.1:{port}.*Connection refused"):
         SSHTunnel(target, forwards_for(sim), label="vm-5").open()
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 30  # refused at once, not retried until the 60 s deadline
 
 
 def test_changed_host_key_is_refused_until_forgotten(own_sshd, sim, tmp_path):
@@ -367,8 +367,8 @@ def test_close_interrupts_an_open_waiting_for_a_silent_host(sim, tmp_path, _sshd
         assert wait_for(lambda: ssh_pids(tmp_path) != set(), 5)
         started = time.monotonic()
         tunnel.close()
-        thread.join(5)
-        assert not thread.is_alive() and time.monotonic() - started < 3
+        thread.join(15)
+        assert not thread.is_alive() and time.monotonic() - started < 15  # not the 20 s connect timeout
         assert len(errors) == 1 and isinstance(errors[0], TunnelError) and "closed" in str(errors[0])
         assert ssh_pids(tmp_path) == set()
     finally:

@@ -198,7 +198,7 @@ def test_adaptive_settle_on_the_simulation_observes_the_typed_text(client: WAACl
     observation, done, info = adapter.step(BenchmarkAction(type=ActionType.TYPE, text=text))
     assert not done and "error" not in info
     settled = observation.raw_observation["settle"]
-    assert settled["changed"] and not settled["capped"] and settled["seconds"] < 3
+    assert settled["changed"] and not settled["capped"]  # ended when the screen stood still, not at its cap
     # The observation's screenshot is the settle wait's last capture, and it shows the text.
     assert observation.screenshot == client.screenshot()
     assert observation.accessibility_tree.find(role="Edit", name="Text Editor").attributes["value"] == text

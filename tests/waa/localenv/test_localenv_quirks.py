@@ -90,20 +90,22 @@ def test_sim_info_reports_quirks_and_devtools(client, qclient, quirk_sim):
 
 # -- readiness -----------------------------------------------------------------------------
 def test_readiness_refused_then_ok(tmp_path):
+    # Long enough that even a loaded machine checks before it ends: the refusals below are what
+    # shows start_local_env returned without waiting for /probe (no bound on its own duration).
+    delay = 3.0
     t0 = time.monotonic()
-    handle = start_local_env(tmp_path / "root", quirks=True, wait_ready=False, quirk_settings={"ready_delay": 1.0})
+    handle = start_local_env(tmp_path / "root", quirks=True, wait_ready=False, quirk_settings={"ready_delay": delay})
     try:
-        assert time.monotonic() - t0 < 1.0  # returned without waiting for /probe
         with pytest.raises(requests.ConnectionError):
             requests.get(handle.base_url + "/probe", timeout=5)
         with pytest.raises(requests.ConnectionError):
             requests.post(handle.base_url + "/execute", json={"command": ["python", "-c", "pass"]}, timeout=5)
         info = requests.get(handle.base_url + "/sim/info", timeout=5).json()  # /sim/* stays available
-        assert info["ready"] is False and 0 < info["ready_in"] <= 1.0 and info["quirks"] is True
+        assert info["ready"] is False and 0 < info["ready_in"] <= delay and info["quirks"] is True
         client = WAAClient(handle.base_url)
         assert not client.probe()
-        client.wait_until_ready(10, poll_seconds=0.05)  # the caller's own readiness wait
-        assert time.monotonic() - t0 >= 1.0
+        client.wait_until_ready(30, poll_seconds=0.05)  # the caller's own readiness wait
+        assert time.monotonic() - t0 >= delay
         assert requests.get(handle.base_url + "/probe", timeout=5).status_code == 200
     finally:
         handle.stop()
@@ -191,8 +193,7 @@ def test_launch_window_appears_only_after_the_delay(qclient):
     assert qclient.post("/setup/launch", json={"command": "no_such_program.exe"}).status_code == 200
     r = qclient.post("/setup/launch", json={"command": "notepad"})
     assert r.status_code == 200 and r.text == "notepad launched successfully"
-    assert time.monotonic() - t0 < SETTINGS["launch_delay"]  # answered at once
-    assert qclient.title() == "Desktop"
+    assert qclient.title() == "Desktop"  # answered before the window appeared
     while qclient.title() != "Untitled - Notepad":
         assert time.monotonic() - t0 < 10, "notepad never opened"
         time.sleep(0.05)
