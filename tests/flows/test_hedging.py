@@ -56,7 +56,7 @@ class Plan:
 
 def _run(plan: Plan, tasks: list[str], vms: int, expected: dict[str, float], hedging: Hedging | None,
          replace_seconds: float = 3.0) -> None:
-    """The tasks on `vms` lanes, as a run does; the wall time."""
+    """The tasks on `vms` lanes, as a run does."""
     pool = VMPool(_InstantProvider(replace_seconds=replace_seconds), size=vms, run_id="hedge")
     pool.provision()
     schedule = Schedule(work=WorkQueue([_task(t) for t in tasks]), pool=pool, max_attempts=3, hedging=hedging,
