@@ -70,14 +70,19 @@ def clean_env() -> dict[str, str]:
 class PrefectServer:
     """`prefect server start` on a fixed port and home, so it can be killed and started again."""
 
-    def __init__(self, home: Path, log: Path) -> None:
+    def __init__(self, home: Path, log: Path, host: str = "127.0.0.1", env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.api_url = f"http://127.0.0.1:{self.port}/api"
-        self.home, self.log = home, log
+        self.home, self.log, self.host, self.env = home, log, host, env or {}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         """Start it (on a new home, with its database already migrated) and wait until it answers."""
+        self.launch()
+        self.wait_healthy()
+
+    def launch(self) -> None:
+        """Start it without waiting (several servers can then come up together)."""
         if not (self.home / DATABASE).exists():
             seeded_home(self.home)
         env = {
@@ -88,12 +93,16 @@ class PrefectServer:
             "PREFECT_LOGGING_LEVEL": "WARNING",
             # Scheduled runs appear within seconds of a deployment being (re)activated.
             "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",
+            **self.env,
         }
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [str(PREFECT_BIN), "server", "start", "--host", "127.0.0.1", "--port", str(self.port), "--no-ui"],
+                [str(PREFECT_BIN), "server", "start", "--host", self.host, "--port", str(self.port), "--no-ui"],
                 env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
+
+    def wait_healthy(self) -> None:
+        """Wait until its API answers (90 s at most); its log's tail in the failure."""
         try:
             wait_for("the server's /api/health", lambda: requests.get(f"{self.api_url}/health", timeout=2).ok, 90)
         except AssertionError as exc:
