@@ -44,8 +44,8 @@ def timed_run(workdir: Path, prefect_home: Path) -> tuple[float, int, CpuUse]:
     """Seconds, exit status and CPU by process of one default `arena run` in `workdir`."""
     env = {**os.environ, "PREFECT_HOME": str(prefect_home)}
     env.pop("PREFECT_API_URL", None)  # the local server, as a user without configuration has
-    return run_measured([str(ARENA), "run"], role="controller", role_of=_role, watched=_server_pid(prefect_home), cwd=workdir,
-                        env=env, timeout=900)
+    return run_measured([str(ARENA), "run"], role="controller", role_of=_role, watched=_server_pid(prefect_home),
+                        cwd=workdir, env=env, timeout=900)
 
 
 def _role(cmdline: Sequence[str]) -> str:

@@ -93,7 +93,9 @@ def run_measured(command: Sequence[str], *, role: str, role_of: Callable[[Sequen
             seconds = _cpu(child)
             if seconds is None:
                 continue
-            child_role = last[child.pid][0] if child.pid in last else _role(child, role_of)
+            known = last.get(child.pid)
+            # Named again while "other": between its fork and its exec a child shows its parent's command line.
+            child_role = known[0] if known and known[0] != "other" else _role(child, role_of)
             last[child.pid] = (child_role, seconds)
         time.sleep(SAMPLE_SECONDS)
     wall = time.monotonic() - started
