@@ -9,10 +9,15 @@ import statistics
 from collections.abc import Sequence
 
 
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def conditions() -> str:
     """One line: cores, load averages (1, 5, 15 min), Python, machine."""
     one, five, fifteen = os.getloadavg()
-    return (f"conditions: {os.cpu_count()} CPU cores, load {one:.1f} / {five:.1f} / {fifteen:.1f} (1/5/15 min), "
+    return (f"conditions: {cores()} CPU cores, load {one:.1f} / {five:.1f} / {fifteen:.1f} (1/5/15 min), "
             f"Python {platform.python_version()}, {platform.machine()} {platform.system()}")
 
 

@@ -21,7 +21,6 @@ floor, this machine's: where a run keeps every core busy, only less CPU makes it
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -32,10 +31,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.conditions import conditions, spread  # noqa: E402 - after the path is set
-from bench.process_cpu import CpuUse, cores, run_measured  # noqa: E402
+from bench.conditions import conditions, cores, spread  # noqa: E402 - after the path is set
+from bench.process_cpu import CpuUse, run_measured  # noqa: E402
 
-from flows.local_server import state_dir, stop_server  # noqa: E402
+from flows.local_server import server_pid, stop_server  # noqa: E402
 
 ARENA = Path(sys.executable).with_name("arena")
 
@@ -44,8 +43,9 @@ def timed_run(workdir: Path, prefect_home: Path) -> tuple[float, int, CpuUse]:
     """Seconds, exit status and CPU by process of one default `arena run` in `workdir`."""
     env = {**os.environ, "PREFECT_HOME": str(prefect_home)}
     env.pop("PREFECT_API_URL", None)  # the local server, as a user without configuration has
-    return run_measured([str(ARENA), "run"], role="controller", role_of=_role, watched=_server_pid(prefect_home),
-                        cwd=workdir, env=env, timeout=900)
+    pid = server_pid(prefect_home)  # a warm run's server, outside the run's own processes
+    return run_measured([str(ARENA), "run"], role="controller", role_of=_role,
+                        watched={"Prefect server": pid} if pid is not None else {}, cwd=workdir, env=env, timeout=900)
 
 
 def _role(cmdline: Sequence[str]) -> str:
@@ -54,15 +54,6 @@ def _role(cmdline: Sequence[str]) -> str:
     if any("local_server" in part for part in cmdline):
         return "Prefect server"  # a cold run's: it starts the shared server itself
     return "other"
-
-
-def _server_pid(prefect_home: Path) -> dict[str, int]:
-    """The shared local Prefect server's pid, when one is up for `prefect_home`."""
-    try:
-        record = json.loads((state_dir(prefect_home) / "server.json").read_text())
-        return {"Prefect server": int(record["server_pid"])}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
 
 
 def _import_seconds() -> float:

@@ -12,7 +12,6 @@ for it (the shared local Prefect server) are watched by pid.
 
 from __future__ import annotations
 
-import os
 import resource
 import subprocess
 import time
@@ -117,8 +116,3 @@ def _role(process: psutil.Process, role_of: Callable[[Sequence[str]], str]) -> s
         return role_of(process.cmdline())
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return "other"
-
-
-def cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -132,6 +132,13 @@ def _read_record(directory: Path) -> dict[str, object] | None:
     return record
 
 
+def server_pid(prefect_home: Path) -> int | None:
+    """The pid of the shared server's web process for `prefect_home` as its record says (a
+    benchmark watches its CPU); None when there is no record."""
+    record = _read_record(state_dir(prefect_home))
+    return int(str(record["server_pid"])) if record is not None else None
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -70,10 +70,11 @@ def clean_env() -> dict[str, str]:
 class PrefectServer:
     """`prefect server start` on a fixed port and home, so it can be killed and started again."""
 
-    def __init__(self, home: Path, log: Path, host: str = "127.0.0.1", env: dict[str, str] | None = None) -> None:
+    def __init__(self, home: Path, log: Path, host: str = "127.0.0.1", env: dict[str, str] | None = None,
+                 services: bool = True) -> None:
         self.port = free_port()
         self.api_url = f"http://127.0.0.1:{self.port}/api"
-        self.home, self.log, self.host, self.env = home, log, host, env or {}
+        self.home, self.log, self.host, self.env, self.services = home, log, host, env or {}, services
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -97,7 +98,8 @@ class PrefectServer:
         }
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [str(PREFECT_BIN), "server", "start", "--host", self.host, "--port", str(self.port), "--no-ui"],
+                [str(PREFECT_BIN), "server", "start", "--host", self.host, "--port", str(self.port), "--no-ui",
+                 *([] if self.services else ["--no-services"])],
                 env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
 

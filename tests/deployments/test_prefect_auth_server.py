@@ -19,8 +19,9 @@ def test_doctor_warns_about_an_open_prefect_api_and_not_about_a_closed_one(tmp_p
 
         pytest.skip("this machine has no network address besides loopback")
     # Both servers on all addresses start together (each takes seconds): one open, one asking for basic auth.
-    open_server = PrefectServer(tmp_path / "open-home", tmp_path / "open.log", host="0.0.0.0")
-    closed = PrefectServer(tmp_path / "closed-home", tmp_path / "closed.log", host="0.0.0.0",
+    # Only their API is asked, so neither runs Prefect's services.
+    open_server = PrefectServer(tmp_path / "open-home", tmp_path / "open.log", host="0.0.0.0", services=False)
+    closed = PrefectServer(tmp_path / "closed-home", tmp_path / "closed.log", host="0.0.0.0", services=False,
                            env={"PREFECT_SERVER_API_AUTH_STRING": "admin:not-a-real-password"})
     open_server.launch()
     closed.launch()
