@@ -90,21 +90,26 @@ def _split(db: Path, run_id: str, tasks: int) -> _Split:
     """The run's time split into work, overhead inside attempts and gaps between them."""
     import duckdb
 
+    from flows.local_server import RECORDER_FLUSH_SECONDS
+
     with duckdb.connect(str(db), read_only=True) as con:
         flow_run_id = con.execute("SELECT prefect_flow_run_id FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
         episode_work = {(task, attempt): agent + env for task, attempt, agent, env in con.execute(
             "SELECT task_id, attempt, coalesce(agent_seconds, 0), coalesce(env_seconds, 0) FROM task_results "
             "WHERE run_id = ?", [run_id]).fetchall()}
-    # Task-run states reach the server as events, recorded a moment later: wait until every
-    # attempt's run and its stages have ended there.
+    # Task-run states reach the server as events, recorded in batches a moment later: wait
+    # until every attempt's run has ended there and a read a flush interval later finds no
+    # further stage run ended.
     deadline = time.monotonic() + 60
+    seen = -1
     while True:
         runs = _task_runs(flow_run_id)
         attempts = [r for r in runs if r.name.startswith("attempt ")]
         stages = [r for r in runs if r.name.startswith(_WORK_STAGES)]
-        if (len(attempts) >= len(episode_work) and len(stages) >= len(episode_work)) or time.monotonic() > deadline:
+        if (len(attempts) >= len(episode_work) and len(stages) == seen) or time.monotonic() > deadline:
             break
-        time.sleep(0.5)
+        seen = len(stages)
+        time.sleep(RECORDER_FLUSH_SECONDS + 0.5)
     stage_seconds = sum(r.total_run_time.total_seconds() for r in stages)
     attempt_seconds = sum((r.end_time - r.start_time).total_seconds() for r in attempts)
     work = stage_seconds + sum(episode_work.values())

@@ -317,6 +317,11 @@ class _HeldHome:
             self.users_path.unlink(missing_ok=True)
 
 
+# The task-run recorder's batch and its longest wait before writing (see `server_settings`).
+# Whole seconds: Prefect truncates the interval to an int, and 0 would flush in a busy loop.
+RECORDER_BATCH_SIZE = 100
+RECORDER_FLUSH_SECONDS = 1
+
 # Prefect server services the shared local server does not run (see `supervise`).
 _SERVICES_OFF = ("SCHEDULER", "LATE_RUNS", "FOREMAN", "PAUSE_EXPIRATIONS", "REPOSSESSOR", "DB_VACUUM")
 
@@ -347,6 +352,11 @@ def server_settings(port: int) -> dict[str, str]:
         "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",  # the UI calls the API at this address
         "PREFECT_SERVER_API_PORT": str(port),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        # Task-run events written in batches, at least once a second: Prefect's default writes
+        # each one in its own four statements (about 290 writes per default run, half of the
+        # server's CPU, measured); the UI shows a task's state at most a second later.
+        "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": str(RECORDER_BATCH_SIZE),
+        "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": str(RECORDER_FLUSH_SECONDS),
     }
 
 
@@ -452,6 +462,34 @@ def _end(server: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+@contextlib.contextmanager
+def serving_app(home: Path, log: Path) -> Iterator[str]:
+    """The local server's app with its settings, in the foreground and without a supervisor, on
+    a free port with its Prefect home at `home` and its output in `log`, for the block: the
+    server the tests and benchmarks run flows on. Yields its API URL; stops it (and nothing else)
+    at the end, and with this process even when that is killed."""
+    port = _free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")},
+        **server_settings(port),
+        "PREFECT_HOME": str(home),
+        "PREFECT_UI_ENABLED": "false",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+    }
+    with log.open("ab") as out:
+        server = subprocess.Popen(server_command(port), env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                  stderr=subprocess.STDOUT, start_new_session=True,
+                                  preexec_fn=dies_with_this_process())
+    api_url = env["PREFECT_API_URL"]
+    try:
+        if not _wait_healthy(server, api_url, lambda: False):
+            raise RuntimeError(f"the Prefect server did not start (exit {server.poll()}); its log, "
+                               f"{log}:\n{log.read_text(errors='replace')[-3000:]}")
+        yield api_url
+    finally:
+        _end(server)
 
 
 def main(argv: list[str]) -> None:

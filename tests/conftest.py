@@ -84,26 +84,15 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One Prefect server for every flow test of the test process: the local server's app, as
-    `arena run` starts it (tests/prefect_test_server.py)."""
-    from prefect.context import _temporary_global_settings_context, get_settings_context
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-    from prefect_test_server import local_app_server
+    `arena run` starts it, on an already-migrated home (tests/prefect_home.py: about 5 s of
+    start-up saved per test process)."""
+    from prefect_home import seeded_home
 
-    from flows.bookkeeping import RETRY_SECONDS, wait_for_background
+    from bench.prefect_server import server_for_this_process
 
-    with local_app_server(tmp_path_factory.mktemp("prefect-server")) as api_url:
-        # Also the process-wide settings, as Prefect's own test harness does (with this private
-        # helper): a test's own threads start without this context and would otherwise start a
-        # temporary server of their own.
-        with temporary_settings({PREFECT_API_URL: api_url}), _temporary_global_settings_context(get_settings_context()):
-            yield
-            # The runs' background bookkeeping, logs and events end before the server does, or
-            # they retry against nothing and hold the test process's exit.
-            wait_for_background(RETRY_SECONDS)
-            APILogWorker.drain_all(timeout=10)
-            EventsWorker.drain_all(timeout=10)
+    folder = tmp_path_factory.mktemp("prefect-server")
+    with server_for_this_process(seeded_home(folder / "home"), folder / "server.log"):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -77,7 +77,9 @@ def test_random_agent_scores_near_zero(prefect_server: None, tmp_path: Path, bun
     deadline = time.monotonic() + 30
     while True:
         states = _evaluate_task_states(db, "e2e-random")
-        settled = len(states) == len(bundled_ids) and not {"Running", "Pending"} & {n for n, _ in states}
+        attempts = _task_runs(db, "e2e-random", "attempt ")
+        unsettled = {"Running", "Pending"} & ({n for n, _ in states} | {state for _, state, _ in attempts})
+        settled = len(states) == len(attempts) == len(bundled_ids) and not unsettled
         if settled or time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -85,7 +87,6 @@ def test_random_agent_scores_near_zero(prefect_server: None, tmp_path: Path, bun
     assert {name for name, _ in states} <= {"Success", "Agent failure"} and "Agent failure" in {n for n, _ in states}
     assert all(message.startswith(("agent_failure on waa-", "success on waa-")) for _, message in states), states
     # Each attempt is a run of its own, named by the VM it ran on and its state by its outcome.
-    attempts = _task_runs(db, "e2e-random", "attempt ")
     assert len(attempts) == len(bundled_ids)
     assert all(re.fullmatch(r"attempt 1 on waa-[\w-]+-\d+", name) for name, _, _ in attempts), attempts
     assert {state for _, state, _ in attempts} == {name for name, _ in states}
