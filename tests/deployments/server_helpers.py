@@ -45,16 +45,24 @@ def wait_for(what: str, fn: Callable[[], T | None], timeout: float, interval: fl
 def stop(proc: subprocess.Popen[bytes], timeout: float = 10) -> None:
     """SIGTERM the process group (a server's uvicorn, a runner's or worker's flow-run processes),
     then SIGKILL what is left."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    except ProcessLookupError:
-        pass
+    stop_all([proc], timeout)
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]], timeout: float = 10) -> None:
+    """`stop` for several processes at once: every group gets its SIGTERM first, then all share
+    one `timeout` (a `prefect worker start` takes 15 s and more to end after its SIGTERM)."""
+    running = [p for p in procs if p.poll() is None]
+    for proc in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for proc in running:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
 
 
 def tail(path: Path, n: int = 4000) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import requests
 
-from server_helpers import PREFECT_BIN, PROJECT, PrefectServer, clean_env, stop, tail, wait_for
+from server_helpers import PREFECT_BIN, PROJECT, PrefectServer, clean_env, stop_all, tail, wait_for
 from tests.agents.fake_model_servers import FakeModelServer, openai_completion
 
 
@@ -78,8 +78,7 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         yield {"api_url": api_url, "tmp": tmp, "serve_log": serve_log, "server_log": server_log, "procs": procs,
                "model": model, "attacker": attacker}
     finally:
-        for proc in reversed(procs):
-            stop(proc)
+        stop_all(procs)
         server.stop()
         model.stop()
         attacker.stop()

@@ -30,7 +30,7 @@ import duckdb
 import psutil
 import pytest
 
-from server_helpers import PREFECT_BIN, PROJECT, PrefectServer, clean_env, stop, tail, wait_for
+from server_helpers import PREFECT_BIN, PROJECT, PrefectServer, clean_env, stop_all, tail, wait_for
 from pg_server import PASSWORD as PG_PASSWORD
 
 POOL = "waa-shards"
@@ -184,8 +184,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
             raise AssertionError(f"{exc}\n{_logs(info)}") from None
         yield info
     finally:
-        for proc in reversed(procs):
-            stop(proc, timeout=15)
+        stop_all(procs, timeout=15)
         server.stop()
 
 
