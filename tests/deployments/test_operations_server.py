@@ -60,42 +60,43 @@ def _simulations(processes: list[psutil.Process]) -> list[int]:
 def test_server_killed_and_restarted_mid_run_the_run_completes(server: PrefectServer, tmp_path: Path) -> None:
     """A ~20 s outage of the Prefect server while the last tasks run and the run ends: task
     states, the progress artifact, releasing the pool's slots and the summary artifacts ride it
-    out; the run ends `completed` with all 16 results and exits 0."""
+    out; the run (the six quirky notepad tasks) ends `completed` with all 6 results and exits 0."""
     db, artifacts = tmp_path / "arena.duckdb", tmp_path / "art"
     env = {**clean_env(), "PREFECT_API_URL": server.api_url, "PREFECT_HOME": str(tmp_path / "client-home")}
     out_log = tmp_path / "arena.log"
     with out_log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "flows.cli", "run", "--run-id", "outage", "--quirks", "--pool-size", "2",
-             "--db", str(db), "--artifacts", str(artifacts)],
+             "--domain", "notepad", "--db", str(db), "--artifacts", str(artifacts)],
             cwd=PROJECT, env=env, stdout=out, stderr=subprocess.STDOUT,
         )
     try:
         progress = artifacts / "outage" / "progress.json"
-        wait_for("14 recorded attempts", lambda: _progress(progress).get("attempts_recorded", 0) >= 14, 240, interval=0.2)
+        wait_for("4 recorded attempts", lambda: _progress(progress).get("attempts_recorded", 0) >= 4, 240, interval=0.2)
         assert proc.poll() is None, tail(out_log)
         server.kill()
         time.sleep(20)
         # The outage covered the end of the evaluation (the Prefect client does not retry a
         # refused connection, so that is where it used to fail).
-        assert _progress(progress).get("attempts_recorded") == 16, tail(out_log)
+        assert _progress(progress).get("attempts_recorded") == 6, tail(out_log)
         server.start()
         proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, tail(out_log)
-    assert _run_row(db, "outage") == ("completed", 16)
+    assert _run_row(db, "outage") == ("completed", 6)
     assert "Traceback" not in out_log.read_text(errors="replace"), tail(out_log)
 
 
 def _start_serve(server: PrefectServer, tmp_path: Path, name: str) -> tuple[subprocess.Popen[bytes], Path]:
     """`python -m deployments.serve` against the server (nightly at 02:00 Berlin time), with a
-    baselines file of one quirky local baseline (`quirky-local`) whose results go to tmp_path."""
+    baselines file of one quirky local baseline (`quirky-local`: the six notepad tasks) whose
+    results go to tmp_path."""
     baselines = tmp_path / "baselines.toml"
     baselines.write_text(
         'version = 1\n[[baselines]]\nname = "quirky-local"\nagent = "scripted"\nsuite = "bundled"\n'
-        f'quirks = true\npool_size = 2\ndb_path = "{tmp_path / "arena.duckdb"}"\nartifacts_dir = "{tmp_path / "art"}"\n'
+        f'domains = ["notepad"]\nquirks = true\npool_size = 2\ndb_path = "{tmp_path / "arena.duckdb"}"\nartifacts_dir = "{tmp_path / "art"}"\n'
     )
     env = {
         "ARENA_BASELINES_FILE": str(baselines),
@@ -163,7 +164,7 @@ def test_cancelled_served_run_is_stored_cancelled_leaves_no_process_and_resumes(
     # Nothing of the run is left: every simulation it started has ended (none re-parented to PID 1).
     wait_for("the run's simulations to end", lambda: _simulations(simulations) == [], 15)
     status, recorded = _run_row(db, "cancel-me")
-    assert status == "cancelled" and 1 <= recorded < 16, (status, recorded, tail(log))
+    assert status == "cancelled" and 1 <= recorded < 6, (status, recorded, tail(log))
     assert "StoreError" not in log.read_text(errors="replace"), tail(log)
 
     # A resume (same run id) finishes the run.
@@ -174,7 +175,7 @@ def test_cancelled_served_run_is_stored_cancelled_leaves_no_process_and_resumes(
     except AssertionError as exc:
         raise AssertionError(f"{exc}\nserve log:\n{tail(log)}") from None
     assert state.type == StateType.COMPLETED, f"{state}\n{tail(log)}"
-    assert _run_row(db, "cancel-me") == ("completed", 16)
+    assert _run_row(db, "cancel-me") == ("completed", 6)
 
 
 
