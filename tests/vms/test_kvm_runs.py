@@ -61,8 +61,18 @@ def arena_run(world: dict[str, Path], run_id: str, *args: str) -> subprocess.Pop
 
 def leftovers(runtime: Path) -> list[str]:
     """QEMU processes of the runs, and any file (overlay, socket, log) under the runtime dir."""
-    files = [str(p) for p in runtime.rglob("*")] if runtime.exists() else []
-    return [f"qemu pid {p.pid}" for p in qemu_under(runtime)] + files
+    return [f"qemu pid {p.pid}" for p in qemu_under(runtime)] + _files_under(runtime)
+
+
+def _files_under(folder: Path) -> list[str]:
+    """Every path under `folder`, read again when the clean-up being waited for removes a
+    directory while it is being listed."""
+    for _ in range(10):
+        try:
+            return [str(p) for p in folder.rglob("*")] if folder.exists() else []
+        except FileNotFoundError:
+            continue
+    return [str(p) for p in folder.rglob("*")] if folder.exists() else []
 
 
 def wait_for(predicate, seconds: float, what: str) -> None:
