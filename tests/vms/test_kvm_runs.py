@@ -67,12 +67,14 @@ def leftovers(runtime: Path) -> list[str]:
 def _files_under(folder: Path) -> list[str]:
     """Every path under `folder`, read again when the clean-up being waited for removes a
     directory while it is being listed."""
-    for _ in range(10):
+    tries = 0
+    while True:
         try:
             return [str(p) for p in folder.rglob("*")] if folder.exists() else []
         except FileNotFoundError:
-            continue
-    return [str(p) for p in folder.rglob("*")] if folder.exists() else []
+            tries += 1
+            if tries == 10:
+                raise
 
 
 def wait_for(predicate, seconds: float, what: str) -> None:
