@@ -100,11 +100,12 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _stop_when_orphaned(server: object) -> None:
-    """Shut the server down once its parent is gone (the child is then re-parented, so
-    getppid() changes): a controller killed with SIGKILL, or a cancelled flow run's process,
-    must not leave simulations running."""
-    parent = os.getppid()
+def _stop_when_orphaned(server: object, parent: int) -> None:
+    """Shut the server down once `parent`, the process that started this one, is gone (the child
+    is then re-parented, so getppid() changes): a controller killed with SIGKILL, or a cancelled
+    flow run's process, must not leave simulations running. The parent names itself: one killed
+    while this process was still starting has already handed it to init, and a getppid() read
+    here would watch init for ever (an orphan of a shard killed mid-start lived on after the suite)."""
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -124,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--width", type=int, default=1280)
     p.add_argument("--height", type=int, default=800)
     p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback host (no authentication!)")
-    p.add_argument("--exit-with-parent", action="store_true",
-                   help="stop when the process that started this one dies (even by SIGKILL)")
+    p.add_argument("--exit-with-parent", type=int, metavar="PID",
+                   help="stop when process PID, the one that starts this one, is gone (even by SIGKILL)")
     d = QuirkSettings()
     q = p.add_argument_group("quirks mode", "the real server's slow/awkward behaviours (only with --quirks)")
     q.add_argument("--quirks", action="store_true", help="turn quirks mode on")
@@ -182,8 +183,8 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    if args.exit_with_parent:
-        _stop_when_orphaned(server)
+    if args.exit_with_parent is not None:
+        _stop_when_orphaned(server, args.exit_with_parent)
     mode = f", quirks {quirks.to_dict()}" if quirks else ""
     print(f"WAA SIMULATION listening on http://{args.host}:{port} "
           f"(simulated Windows desktop {args.width}x{args.height}, root {args.root}{mode})", flush=True)

@@ -209,3 +209,24 @@ def test_stop_terminates(tmp_path):
     assert not h.alive()
     log = h.log_path.read_text()
     assert "WAA SIMULATION listening" in log and "WAA SIMULATION stopped" in log  # clean SIGTERM shutdown
+
+
+def test_a_simulation_whose_parent_died_while_it_started_stops(tmp_path):
+    """The process that started a simulation ends before the simulation is up (as when a shard's
+    process tree is killed mid-start): the simulation, already handed to init, still stops."""
+    import psutil
+
+    starter = ("import os, subprocess, sys\n"
+               "child = subprocess.Popen([sys.executable, '-m', 'adapters.waa.localenv', '--root', sys.argv[1],\n"
+               "                          '--exit-with-parent', str(os.getpid())], start_new_session=True,\n"
+               "                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+               "print(child.pid)\n")  # and exit at once, while the child still imports
+    started = subprocess.run([sys.executable, "-c", starter, str(tmp_path / "root")], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parents[3], timeout=30, check=True)
+    sim = psutil.Process(int(started.stdout))
+    try:
+        # It may come up first (and answer nobody): it stops within its watch's half-second poll.
+        sim.wait(timeout=30)
+    except psutil.TimeoutExpired:
+        sim.kill()
+        pytest.fail("the simulation outlived the process that started it by 30 s")
