@@ -10,12 +10,13 @@ row-by-row inserts would take hours):
   difficulty: success, agent_failure, timeout, setup_failure, evaluation_error and a few
   infrastructure errors left after the retry;
 - 2,000,000 steps (5 to 35 per attempt, 20 on average) with JSON actions and screenshot paths.
-It then times, best of 5 after one warm-up run, through the code the product uses:
+It then times, 5 times after one warm-up run, through the code the product uses:
   (a) success rate by model and domain over latest_task_results (SQL as in the README),
   (b) a two-run comparison, `compare_stored_runs` (per-domain deltas with intervals, flips,
       the McNemar verdict), from an open `ResultStore` and from the file's path,
   (c) the steps of one task, `ResultStore.steps`,
-and prints each against the 200 ms target (MET / NOT MET), and the generation time. With
+and prints each one's best and median time, the best against the 200 ms target (MET / NOT MET),
+and the generation time. With
 --postgres it copies the same data into a PostgreSQL team store (`arena store migrate`) and
 prints its times beside the embedded store's.
 It prints numbers; it asserts nothing.
@@ -26,10 +27,12 @@ It prints numbers; it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -179,15 +182,27 @@ def _agents_sql() -> str:
     return "[" + ", ".join(f"'{a}'" for a in AGENTS) + "]"
 
 
-def _best_ms(fn: Callable[[], Any]) -> tuple[float, Any]:
-    """Best of REPEATS wall times in ms after one warm-up call, and the last result."""
+@dataclass(frozen=True)
+class Timing:
+    """REPEATS wall times of one query, in ms."""
+
+    best: float
+    median: float
+
+
+def _timed_ms(fn: Callable[[], Any]) -> tuple[Timing, Any]:
+    """REPEATS wall times of `fn` in ms after one warm-up call, and the last result."""
     result = fn()
     times = []
     for _ in range(REPEATS):
         started = time.perf_counter()
         result = fn()
         times.append((time.perf_counter() - started) * 1000)
-    return min(times), result
+    return Timing(min(times), statistics.median(times)), result
+
+
+def _best_and_median(timing: Timing) -> str:
+    return f"best {timing.best:.1f} / med {timing.median:.1f}"
 
 
 # The same query in PostgreSQL's dialect (GROUP BY ALL is DuckDB's), for the team store.
@@ -202,15 +217,15 @@ ORDER BY 1, 2
 BASE_RUN, NEW_RUN, TASK = "run-0600", "run-0601", "task-042"
 
 
-def _measure(source: Any, run_sql: Callable[[], list[Any]]) -> list[tuple[str, float, str]]:
+def _measure(source: Any, run_sql: Callable[[], list[Any]]) -> list[tuple[str, Timing, str]]:
     """(a), (b) and (c) on one store: `source` is the DuckDB file's path or the team store's URL."""
     from adapters.results.compare import compare_stored_runs
     from adapters.store.duckdb_store import ResultStore
 
-    measurements: list[tuple[str, float, str]] = []
-    ms, rows = _best_ms(run_sql)
+    measurements: list[tuple[str, Timing, str]] = []
+    ms, rows = _timed_ms(run_sql)
     measurements.append(("(a) success rate by model and domain (SQL)", ms, f"{len(rows)} rows"))
-    ms, comparison = _best_ms(lambda: compare_stored_runs(source, BASE_RUN, NEW_RUN))
+    ms, comparison = _timed_ms(lambda: compare_stored_runs(source, BASE_RUN, NEW_RUN))
     measurements.append((
         "(b) compare two runs, compare_stored_runs(location)",
         ms,
@@ -218,15 +233,15 @@ def _measure(source: Any, run_sql: Callable[[], list[Any]]) -> list[tuple[str, f
         f"{comparison.test.broken} broken, p = {comparison.p_value:.3g}: {comparison.verdict}",
     ))
     with ResultStore(source) as store:
-        ms, comparison = _best_ms(lambda: compare_stored_runs(store, BASE_RUN, NEW_RUN))
+        ms, comparison = _timed_ms(lambda: compare_stored_runs(store, BASE_RUN, NEW_RUN))
         measurements.append(("(b) compare two runs, compare_stored_runs(store)", ms,
                              f"{len(comparison.domains) - 1} domains"))
-        ms, steps = _best_ms(lambda: store.steps(NEW_RUN, TASK))
+        ms, steps = _timed_ms(lambda: store.steps(NEW_RUN, TASK))
         measurements.append(("(c) steps of one task, ResultStore.steps", ms, f"{len(steps)} steps"))
     return measurements
 
 
-def _team_store(url: str, db: Path) -> tuple[list[tuple[str, float, str]], float]:
+def _team_store(url: str, db: Path) -> tuple[list[tuple[str, Timing, str]], float]:
     """The same data copied into the team store (`arena store migrate`), then measured."""
     from adapters.store.duckdb_store import ResultStore
     from adapters.store.migrate import migrate
@@ -290,7 +305,7 @@ def main() -> None:
                 return con.execute(SUCCESS_BY_MODEL_AND_DOMAIN).fetchall()
 
         embedded = _measure(db, run_sql)
-        team: list[tuple[str, float, str]] | None = None
+        team: list[tuple[str, Timing, str]] | None = None
         if args.postgres:
             url = args.postgres
             if url == "local":
@@ -301,16 +316,17 @@ def main() -> None:
             team, _ = _team_store(url, db)
 
     width = max(len(name) for name, _, _ in embedded)
-    header = f"{'query':<{width}}  {'embedded':>10}"
+    column = 22  # "best 123.4 / med 123.4"
+    header = f"{'query':<{width}}  {'embedded ms':>{column}}"
     if team is not None:
-        header += f"  {'team store':>10}"
-    print(f"{header}  target {TARGET_MS:.0f} ms")
-    for k, (name, ms, detail) in enumerate(embedded):
-        line = f"{name:<{width}}  {ms:>7.1f} ms"
-        worst = ms
+        header += f"  {'team store ms':>{column}}"
+    print(f"{header}  target {TARGET_MS:.0f} ms (best of {REPEATS})")
+    for k, (name, timing, detail) in enumerate(embedded):
+        line = f"{name:<{width}}  {_best_and_median(timing):>{column}}"
+        worst = timing.best
         if team is not None:
-            line += f"  {team[k][1]:>7.1f} ms"
-            worst = max(ms, team[k][1])
+            line += f"  {_best_and_median(team[k][1]):>{column}}"
+            worst = max(worst, team[k][1].best)
         print(f"{line}  {'MET' if worst < TARGET_MS else 'NOT MET':<8} ({detail})")
     if args.postgres is None:
         print("(the team store: add --postgres URL, or --postgres local with PostgreSQL installed)")
