@@ -278,10 +278,10 @@ def _evaluate(config: SuiteRunConfig) -> RunOutcome:
             return _store_failed(config, run_id, store, store_failure or "unknown", request.unstored, results)
         if stopped_by is not None:
             return _stopped(run_id, store, status, stopped_by, results, completeness)
-        hedged = request.hedging.stats if request.hedging is not None and request.hedging.stats.started else None
+        hedging = request.hedging
         return _summarize(
             config, run_id, len(tasks), environment, store, completeness, results, request.problems, shard_errors,
-            hedged.describe() if hedged is not None else None,
+            hedging.stats.describe(hedging.max_extra) if hedging is not None else None,
         )
 
 

@@ -75,8 +75,12 @@ class HedgeStats:
                 self.extra_tokens += usage.input_tokens + usage.output_tokens
                 self.extra_cost_usd += usage.cost_usd
 
-    def describe(self) -> str:
-        """One line for the run's summary."""
+    def describe(self, allowance: float) -> str:
+        """One line for the run's summary; `allowance` is the copies' share of the VM time billed."""
+        if not self.started:
+            # Said anyway: with hedging on, a summary silent about it reads as hedging off.
+            return (f"hedging: on, no copy started (none fit within {allowance:.0%} of the VM time billed, "
+                    "--hedge-allowance, or no VM was idle while a task was left to copy)")
         seconds = self.extra_vm_seconds
         extra = f"+{seconds / 3600:.2f} VM-hours" if seconds >= 36 else f"+{seconds:.0f} VM-seconds"
         if self.extra_tokens:

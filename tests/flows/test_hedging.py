@@ -149,6 +149,9 @@ def test_copies_go_to_the_task_expected_to_end_last_within_the_allowance() -> No
     tight = Hedging(max_extra=0.01)
     _run(plan, ["long", "s0", "s1", "s2"], 4, expected, tight)
     assert tight.stats.started == 0 and all(n == 1 for _, n, _ in plan.ran)
+    # The summary still says hedging was on, and why nothing was copied.
+    assert tight.stats.describe(tight.max_extra).startswith("hedging: on, no copy started (none fit within 1% of")
+    assert hedging.stats.describe(hedging.max_extra).startswith("hedging: 1 copy of the run's last tasks; ")
 
 
 def test_a_stopping_run_stops_its_copies_at_once() -> None:
