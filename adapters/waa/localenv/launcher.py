@@ -94,7 +94,8 @@ def start_local_env(root: Path, *, width: int = 1280, height: int = 800, startup
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH", "")]))
     env["PYTHONUNBUFFERED"] = "1"
     cmd = [sys.executable, "-m", "adapters.waa.localenv", "--host", "127.0.0.1", "--port", "0", "--root", str(root),
-           "--port-file", str(port_file), "--width", str(width), "--height", str(height), "--exit-with-parent", str(os.getpid())]
+           "--port-file", str(port_file), "--width", str(width), "--height", str(height),
+           "--exit-with-parent", str(os.getpid())]
     if settings is not None:
         cmd += settings.cli_args()
     # A session of its own: the terminal's Ctrl-C goes to `arena run`, which lets the running
