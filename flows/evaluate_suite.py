@@ -53,7 +53,7 @@ from flows.budget import RunBudget
 from flows.cancellation import cancellation_requested, watch_cancellation
 from flows.pool_engine import PoolRunRequest, evaluate_on_pool
 from flows.progress import RunProgress
-from flows.provenance import run_info
+from flows.provenance import code_revision, run_info
 from flows.run_config import STORE_FAILED, RunOutcome, SuiteRunConfig, new_run_id
 from flows.run_states import outcome_of, run_state
 from flows.scheduling import TaskTrial, WorkUnit, as_trial
@@ -423,17 +423,21 @@ def _arena_run_deployment() -> Any:
 
     server = str(PREFECT_API_URL.value())
     if server not in _deployments:
-        _deployments[server] = _current_arena_run_deployment() or evaluate_suite.to_deployment(
-            name=ARENA_RUN_DEPLOYMENT, paused=True, tags=_ARENA_RUN_TAGS, description=_ARENA_RUN_DESCRIPTION,
+        version = code_revision() or evaluate_suite.version
+        _deployments[server] = _current_arena_run_deployment(version) or evaluate_suite.to_deployment(
+            name=ARENA_RUN_DEPLOYMENT, version=version, paused=True, tags=_ARENA_RUN_TAGS,
+            description=_ARENA_RUN_DESCRIPTION,
         ).apply()
     return _deployments[server]
 
 
-def _current_arena_run_deployment() -> Any:
+def _current_arena_run_deployment(version: str) -> Any:
     """The registered deployment's id when it is what `to_deployment(...).apply()` would make of
-    this code (the flow's version, a hash of its source; its parameters' schema; paused; tags and
-    description), else None. Reading it takes about 20 ms; registering it again, about 0.3 s of
-    every `arena run`'s start (measured here), when it is nearly always there already."""
+    this code (its `version`: the git revision, else Prefect's hash of the flow's source, given
+    explicitly because Prefect's own choice depends on the folder it runs in; its parameters'
+    schema; paused; tags and description), else None. Reading it takes about 20 ms; registering it
+    again, about 0.3 s of every `arena run`'s start (measured here), when it is nearly always there
+    already."""
     from prefect.exceptions import ObjectNotFound
     from prefect.utilities.callables import parameter_schema
 
@@ -443,6 +447,6 @@ def _current_arena_run_deployment() -> Any:
         except ObjectNotFound:
             return None
     wanted_schema = parameter_schema(evaluate_suite).model_dump(exclude_unset=True)
-    current = (found.version == evaluate_suite.version and found.paused and sorted(found.tags) == _ARENA_RUN_TAGS
+    current = (found.version == version and found.paused and sorted(found.tags) == _ARENA_RUN_TAGS
                and found.description == _ARENA_RUN_DESCRIPTION and found.parameter_openapi_schema == wanted_schema)
     return found.id if current else None

@@ -7,6 +7,7 @@ from prefect import get_client
 from prefect.client.schemas.actions import DeploymentUpdate
 
 import flows.evaluate_suite as evaluate_suite
+from flows.provenance import code_revision
 
 
 def _fresh_lookup() -> str:
@@ -21,6 +22,8 @@ def test_the_arena_run_deployment_is_registered_once_and_again_only_when_it_chan
         first = _fresh_lookup()
         registered = client.read_deployment_by_name(name)
         assert registered.id == first and registered.paused and registered.tags == ["waa"]
+        # The code's revision (in a git checkout), whatever folder the run starts in.
+        assert registered.version == (code_revision() or evaluate_suite.evaluate_suite.version)
 
         # As it is: reused, not written again.
         assert _fresh_lookup() == first
