@@ -435,7 +435,7 @@ def _current_arena_run_deployment(version: str) -> Any:
     """The registered deployment's id when it is what `to_deployment(...).apply()` would make of
     this code (its `version`: the git revision, else Prefect's hash of the flow's source, given
     explicitly because Prefect's own choice depends on the folder it runs in; its parameters'
-    schema; paused; tags and description), else None. Reading it takes about 20 ms; registering it
+    schema; paused; tags and description), else None. Reading it takes about 50 ms; registering it
     again, about 0.3 s of every `arena run`'s start (measured here), when it is nearly always there
     already."""
     from prefect.exceptions import ObjectNotFound
