@@ -16,9 +16,8 @@ It then times, 5 times after one warm-up run, through the code the product uses:
       the McNemar verdict), from an open `ResultStore` and from the file's path,
   (c) the steps of one task, `ResultStore.steps`,
 and prints each one's best and median time, the best against the 200 ms target (MET / NOT MET),
-and the generation time. With
---postgres it copies the same data into a PostgreSQL team store (`arena store migrate`) and
-prints its times beside the embedded store's.
+and the generation time. With --postgres it copies the same data into a PostgreSQL team store
+(`arena store migrate`) and prints its times beside the embedded store's.
 It prints numbers; it asserts nothing.
 
     python bench/results_queries.py [--keep DIR] [--postgres URL|local]
@@ -189,6 +188,9 @@ class Timing:
     best: float
     median: float
 
+    def text(self) -> str:
+        return f"best {self.best:.1f} / med {self.median:.1f}"
+
 
 def _timed_ms(fn: Callable[[], Any]) -> tuple[Timing, Any]:
     """REPEATS wall times of `fn` in ms after one warm-up call, and the last result."""
@@ -199,10 +201,6 @@ def _timed_ms(fn: Callable[[], Any]) -> tuple[Timing, Any]:
         result = fn()
         times.append((time.perf_counter() - started) * 1000)
     return Timing(min(times), statistics.median(times)), result
-
-
-def _best_and_median(timing: Timing) -> str:
-    return f"best {timing.best:.1f} / med {timing.median:.1f}"
 
 
 # The same query in PostgreSQL's dialect (GROUP BY ALL is DuckDB's), for the team store.
@@ -223,21 +221,21 @@ def _measure(source: Any, run_sql: Callable[[], list[Any]]) -> list[tuple[str, T
     from adapters.store.duckdb_store import ResultStore
 
     measurements: list[tuple[str, Timing, str]] = []
-    ms, rows = _timed_ms(run_sql)
-    measurements.append(("(a) success rate by model and domain (SQL)", ms, f"{len(rows)} rows"))
-    ms, comparison = _timed_ms(lambda: compare_stored_runs(source, BASE_RUN, NEW_RUN))
+    timing, rows = _timed_ms(run_sql)
+    measurements.append(("(a) success rate by model and domain (SQL)", timing, f"{len(rows)} rows"))
+    timing, comparison = _timed_ms(lambda: compare_stored_runs(source, BASE_RUN, NEW_RUN))
     measurements.append((
         "(b) compare two runs, compare_stored_runs(location)",
-        ms,
+        timing,
         f"{comparison.test.paired_tasks} paired, {comparison.test.fixed} fixed, "
         f"{comparison.test.broken} broken, p = {comparison.p_value:.3g}: {comparison.verdict}",
     ))
     with ResultStore(source) as store:
-        ms, comparison = _timed_ms(lambda: compare_stored_runs(store, BASE_RUN, NEW_RUN))
-        measurements.append(("(b) compare two runs, compare_stored_runs(store)", ms,
+        timing, comparison = _timed_ms(lambda: compare_stored_runs(store, BASE_RUN, NEW_RUN))
+        measurements.append(("(b) compare two runs, compare_stored_runs(store)", timing,
                              f"{len(comparison.domains) - 1} domains"))
-        ms, steps = _timed_ms(lambda: store.steps(NEW_RUN, TASK))
-        measurements.append(("(c) steps of one task, ResultStore.steps", ms, f"{len(steps)} steps"))
+        timing, steps = _timed_ms(lambda: store.steps(NEW_RUN, TASK))
+        measurements.append(("(c) steps of one task, ResultStore.steps", timing, f"{len(steps)} steps"))
     return measurements
 
 
@@ -322,10 +320,10 @@ def main() -> None:
         header += f"  {'team store ms':>{column}}"
     print(f"{header}  target {TARGET_MS:.0f} ms (best of {REPEATS})")
     for k, (name, timing, detail) in enumerate(embedded):
-        line = f"{name:<{width}}  {_best_and_median(timing):>{column}}"
+        line = f"{name:<{width}}  {timing.text():>{column}}"
         worst = timing.best
         if team is not None:
-            line += f"  {_best_and_median(team[k][1]):>{column}}"
+            line += f"  {team[k][1].text():>{column}}"
             worst = max(worst, team[k][1].best)
         print(f"{line}  {'MET' if worst < TARGET_MS else 'NOT MET':<8} ({detail})")
     if args.postgres is None:

@@ -3,6 +3,7 @@ checkpoint, suite and its hash, VM image, code revision, Prefect flow run)."""
 
 from __future__ import annotations
 
+import functools
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,7 +17,9 @@ from adapters.waa.catalog import WAATaskCatalog
 from flows.run_config import SuiteRunConfig
 
 
+@functools.cache  # the code this process runs does not change under it: one `git` call per process
 def code_revision() -> str | None:
+    """The short git revision of this checkout, or None outside one."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
