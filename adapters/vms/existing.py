@@ -3,6 +3,11 @@
 For pointing the pipeline at machines someone else manages (a WAA container started by hand, a
 lab VM). Only the `setup` reset level is possible: nothing here can restore a snapshot.
 
+Servers that are the local simulation with its quirks off (GET /sim/info says so; a real WAA
+server has no such route) act on each action before they answer, as the local provider's do: a run
+on them waits neither for the screen to settle nor out the tasks' `sleep` setup steps. Anything
+else, a real server or the simulation imitating one (quirks on), keeps WAA's waits.
+
 Such servers cannot be replaced, only waited for: a server that failed an attempt is probed
 again for up to `server_wait_seconds` and reused when it answers (a WAA server restarted by its
 watchdog comes back on the same address); one that stays silent is retired and a spare URL (more
@@ -19,6 +24,7 @@ import requests
 from adapters.vms.base import ProviderError, ResetLevel, VMHandle, VMProvider
 from adapters.waa.client import WAAClient
 from adapters.waa.errors import WAAError
+from adapters.waa.settle import SettlePolicy
 
 DEFAULT_SERVER_WAIT_SECONDS = 60.0
 
@@ -49,14 +55,30 @@ class ExistingServersProvider(VMProvider):
         self._retired: list[str] = []
         self._lock = threading.Lock()
         self._simulated: bool | None = None  # found out from the first server that answers
+        self._synchronous: bool | None = None  # found out from every server, once
 
     @property
     def environment(self) -> str:
         """"existing", or "local-simulation (existing server)" when the servers are the simulation:
         runs are labelled by what they ran on, not by how it was reached."""
         if self._simulated is None:
-            self._simulated = _is_simulation(self.urls[0])
+            self._simulated = _simulation_info(self.urls[0]) is not None
         return "local-simulation (existing server)" if self._simulated else self.name
+
+    @property
+    def acts_synchronously(self) -> bool:  # type: ignore[override]
+        """Whether every server (spares too) is the simulation with its quirks off; a server that
+        does not answer now counts as a real one (WAA's waits are the safe side)."""
+        if self._synchronous is None:
+            infos = (_simulation_info(url) for url in self.urls)  # asked until one is not such a server
+            self._synchronous = all(info is not None and info.get("quirks") is False for info in infos)
+        return self._synchronous
+
+    @property
+    def settle(self) -> SettlePolicy:  # type: ignore[override]
+        """No wait after an action on servers that act synchronously; adaptive (as on a real
+        desktop) otherwise."""
+        return SettlePolicy.fixed(0.0) if self.acts_synchronously else SettlePolicy()
 
     @property
     def retired(self) -> list[str]:
@@ -76,7 +98,7 @@ class ExistingServersProvider(VMProvider):
                 url = self._unused.pop(0)
             if self._answers(url):
                 if self._simulated is None:
-                    self._simulated = _is_simulation(url)
+                    self._simulated = _simulation_info(url) is not None
                 return self._handle(vm_id, url)
             self._retire(url)
 
@@ -117,11 +139,12 @@ class ExistingServersProvider(VMProvider):
         """Existing servers are not ours to delete."""
 
 
-def _is_simulation(url: str) -> bool:
-    """Whether a WAA server is the local simulation: only it answers GET /sim/info (a real
-    server answers 500 for unknown routes)."""
+def _simulation_info(url: str) -> dict | None:
+    """What the local simulation at `url` says of itself (GET /sim/info), or None when the server
+    is not the simulation (a real server answers 500 for unknown routes) or does not answer."""
     try:
         response = requests.get(f"{url}/sim/info", timeout=5)
-        return response.status_code == 200 and response.json().get("simulation") is True
-    except (requests.RequestException, ValueError, AttributeError):
-        return False
+        info = response.json() if response.status_code == 200 else None
+    except (requests.RequestException, ValueError):
+        return None
+    return info if isinstance(info, dict) and info.get("simulation") is True else None

@@ -192,6 +192,42 @@ def test_existing_servers_provider(tmp_path: Path) -> None:
         ExistingServersProvider(["ftp://x"])
 
 
+def test_existing_servers_wait_like_real_ones_unless_all_are_the_plain_simulation(tmp_path: Path) -> None:
+    """Existing servers that are all the simulation with its quirks off act before they answer:
+    no settle wait, no `sleep` setup steps. The simulation imitating a real server (quirks on), a
+    server that is not the simulation, or one that does not answer keeps WAA's waits."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from adapters.vms.existing import ExistingServersProvider
+    from adapters.waa.localenv.launcher import start_local_env
+
+    class NotTheSimulation(BaseHTTPRequestHandler):  # WAA's real server answers 500 to unknown routes
+        def do_GET(self) -> None:
+            self.send_response(500)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    real = ThreadingHTTPServer(("127.0.0.1", 0), NotTheSimulation)
+    threading.Thread(target=real.serve_forever, daemon=True).start()
+    real_url = f"http://127.0.0.1:{real.server_address[1]}"
+    plain = start_local_env(tmp_path / "plain")
+    quirky = start_local_env(tmp_path / "quirky", quirks=True, quirk_settings={"ready_delay": 0.0})
+    try:
+        synchronous = ExistingServersProvider([plain.base_url])
+        assert synchronous.acts_synchronously and synchronous.settle.fixed_seconds == 0.0
+        for urls in ([quirky.base_url], [plain.base_url, quirky.base_url], [plain.base_url, real_url],
+                     [plain.base_url, "http://127.0.0.1:9"]):
+            provider = ExistingServersProvider(urls)
+            assert not provider.acts_synchronously, urls
+            assert provider.settle.fixed_seconds is None, urls  # adaptive, as on a real desktop
+    finally:
+        plain.stop()
+        quirky.stop()
+        real.shutdown()
+
+
 def test_run_config_refuses_snapshot_reset_on_existing_servers() -> None:
     from flows.run_config import SuiteRunConfig
 
