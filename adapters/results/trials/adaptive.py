@@ -50,10 +50,11 @@ any one of them: the running intersection of the intervals is reported. The mixt
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from adapters.results.rates import is_sound
 from adapters.results.trials._scipy import STATS_EXTRA_HINT, StatsExtraMissing, normal_quantile, scipy_optimize
@@ -117,6 +118,10 @@ class AdaptiveState(BaseModel):
     spent_trials: int = 0  # requested by this design and recorded (sound or not)
     draws: list[Draw] = Field(default_factory=list)
     batches: int = 0
+    # Every draw before this index has its outcome (or was dropped): recording an outcome looks
+    # for its draw from here on, not through every draw of the design. Not kept across a
+    # resume; 0 is always right, only slower.
+    _settled_before: int = PrivateAttr(default=0)
 
     @classmethod
     def start(
@@ -295,13 +300,17 @@ def _settle(state: AdaptiveState, task: int, model: Model, success: bool | None)
             state.first_pass[model][task].append(success)
         state.spent_trials += 1
         return
-    for draw in state.draws:
+    draws, start = state.draws, state._settled_before
+    for draw in draws[start:]:
         if draw.task == task and draw.model == model and draw.success is None and not draw.dropped:
             if success is None:
                 draw.dropped = True
             else:
                 draw.success = success
             state.spent_trials += 1
+            while start < len(draws) and (draws[start].success is not None or draws[start].dropped):
+                start += 1
+            state._settled_before = start
             return
     raise ValueError(f"no trial of {model} on task {state.task_ids[task]!r} is awaiting an outcome")
 
@@ -332,13 +341,18 @@ def first_pass_variance(state: AdaptiveState) -> float:
 
 def _rho2(state: AdaptiveState, v0: float) -> float:
     """The mixture's rho^2, tightest at information `tune_information` x the first pass's."""
-    alpha = state.alpha
+    return _tightest_ratio(state.alpha) / (state.tune_information * v0)
+
+
+@functools.lru_cache(maxsize=16)
+def _tightest_ratio(alpha: float) -> float:
+    """The rho^2 V* that minimises the boundary at V* relative to sqrt(V*): it depends on alpha
+    alone, so it is found once per alpha, not at every look."""
 
     def margin(r: float) -> float:  # the boundary at V* relative to sqrt(V*), for rho^2 V* = r
         return (r + 1) / r * math.log(math.sqrt(r + 1) / alpha)
 
-    best = scipy_optimize().minimize_scalar(margin, bounds=(1e-3, 1e4), method="bounded")
-    return float(best.x) / (state.tune_information * v0)
+    return float(scipy_optimize().minimize_scalar(margin, bounds=(1e-3, 1e4), method="bounded").x)
 
 
 def _boundary(v: float, rho2: float, alpha: float) -> float:
