@@ -55,30 +55,35 @@ class ExistingServersProvider(VMProvider):
         self._retired: list[str] = []
         self._lock = threading.Lock()
         self._simulated: bool | None = None  # found out from the first server that answers
-        self._synchronous: bool | None = None  # found out from every server, once
+        # What each server said of itself at the run's start (GET /sim/info), asked once: the
+        # run's label and its waits both read it.
+        self._infos: dict[str, dict | None] = {}
 
     @property
     def environment(self) -> str:
         """"existing", or "local-simulation (existing server)" when the servers are the simulation:
         runs are labelled by what they ran on, not by how it was reached."""
         if self._simulated is None:
-            self._simulated = _simulation_info(self.urls[0]) is not None
+            self._simulated = self._info(self.urls[0]) is not None
         return "local-simulation (existing server)" if self._simulated else self.name
 
     @property
     def acts_synchronously(self) -> bool:  # type: ignore[override]
         """Whether every server (spares too) is the simulation with its quirks off; a server that
         does not answer now counts as a real one (WAA's waits are the safe side)."""
-        if self._synchronous is None:
-            infos = (_simulation_info(url) for url in self.urls)  # asked until one is not such a server
-            self._synchronous = all(info is not None and info.get("quirks") is False for info in infos)
-        return self._synchronous
+        infos = (self._info(url) for url in self.urls)  # asked until one is not such a server
+        return all(info is not None and info.get("quirks") is False for info in infos)
 
     @property
     def settle(self) -> SettlePolicy:  # type: ignore[override]
         """No wait after an action on servers that act synchronously; adaptive (as on a real
         desktop) otherwise."""
         return SettlePolicy.fixed(0.0) if self.acts_synchronously else SettlePolicy()
+
+    def _info(self, url: str) -> dict | None:
+        if url not in self._infos:
+            self._infos[url] = _simulation_info(url)
+        return self._infos[url]
 
     @property
     def retired(self) -> list[str]:
