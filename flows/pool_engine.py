@@ -405,8 +405,13 @@ def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[WorkUnit], resources: 
         try:
             with _pool_concurrency_limit(f"waa-pool-{resources}", pool.size) as limit_name:
                 with pool_slots(limit_name, pool.size):
-                    futures = [run_lane.submit(lane, lanes) for lane in range(pool.size)]
+                    futures: list[Any] = []
                     try:
+                        # Submitted inside the stop's reach: a Ctrl-C while later lanes are being
+                        # submitted (each a call to the server) found the first lanes already
+                        # running, closed the recorder under them and printed their tracebacks.
+                        for lane in range(pool.size):
+                            futures.append(run_lane.submit(lane, lanes))
                         _wait_for_lanes(lanes, futures, r.cancelled)
                     except (KeyboardInterrupt, TerminationSignal) as stop:
                         _stop_lanes(lanes, futures, "Ctrl-C" if isinstance(stop, KeyboardInterrupt) else "SIGTERM")
