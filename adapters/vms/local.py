@@ -71,6 +71,7 @@ class LocalSimulationProvider(VMProvider):
         if root.exists():
             shutil.rmtree(root)
         root.mkdir(parents=True)
+        process: LocalEnvHandle | None = None
         try:
             process = start_local_env(
                 root,
@@ -84,6 +85,8 @@ class LocalSimulationProvider(VMProvider):
             # The same readiness wait a real VM gets: poll /probe until a deadline.
             WAAClient(process.base_url).wait_until_ready(self.ready_timeout, poll_seconds=0.1)
         except Exception as exc:
+            if process is not None:
+                process.stop()  # up but never ready: not left running until the run ends
             raise ProviderError(f"local VM {vm_id}: simulation did not start: {exc}") from exc
         with self._lock:
             self._processes[vm_id] = process

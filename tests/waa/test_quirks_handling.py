@@ -23,6 +23,7 @@ from adapters.benchmark import (
     StepRecord,
 )
 from adapters.episode import EpisodeLimits, run_episode
+from adapters.vms.base import ProviderError
 from adapters.vms.local import LocalSimulationProvider
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from adapters.waa.client import WAAClient, WAATimeouts
@@ -74,6 +75,21 @@ def test_delayed_readiness_is_waited_for(tmp_path: Path) -> None:
         assert client.wait_until_ready(10, poll_seconds=0.1) > 0.5
     finally:
         handle.stop()
+
+
+def test_a_simulation_that_never_gets_ready_is_not_left_running(tmp_path: Path) -> None:
+    provider = LocalSimulationProvider(tmp_path, quirks=True, quirk_settings={"ready_delay": 60.0}, ready_timeout=0.5)
+    with pytest.raises(ProviderError, match="local VM slow: simulation did not start") as failed:
+        provider.create("slow")
+    try:
+        (line,) = [line for line in (tmp_path / "slow.log").read_text().splitlines() if "listening on" in line]
+        port = int(line.split("http://127.0.0.1:")[1].split()[0])
+        # The process it started is gone: nothing listens on its port any more.
+        with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass
+        assert "/probe" in str(failed.value)
+    finally:
+        provider.close()
 
 
 def test_slow_accessibility_within_and_beyond_the_timeout(quirky: tuple[LocalSimulationProvider, str]) -> None:
