@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextvars
 import json
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from adapters.benchmark import BenchmarkResult, OutcomeKind
 from adapters.results.stats import wilson_interval
+from adapters.whole_files import replace_text
 from flows.bookkeeping import best_effort, slug, warn
 
 
@@ -208,9 +208,7 @@ class RunProgress:
             return
         try:
             self.side_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.side_file.with_name(self.side_file.name + f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(self.snapshot()))
-            os.replace(tmp, self.side_file)
+            replace_text(self.side_file, json.dumps(self.snapshot()))
         except OSError as exc:
             warn(f"progress file {self.side_file} not written: {exc}")
 

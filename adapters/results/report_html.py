@@ -27,7 +27,6 @@ Choices:
 from __future__ import annotations
 
 import base64
-import contextlib
 import html
 import io
 import json
@@ -73,6 +72,7 @@ from adapters.results.report_text import (
     usd,
 )
 from adapters.store.duckdb_store import ResultStore
+from adapters.whole_files import replace_text
 
 MAX_SCREENSHOT_WIDTH = 640
 """Screenshots wider than this are scaled down (aspect kept) before embedding."""
@@ -723,13 +723,9 @@ def write_html_report(
     if metrics is None:
         metrics = compute_run_metrics(store, run_id, references)
     page = render_html_report(metrics, store, references)
-    partial = out_path.with_name(f".{out_path.name}.partial")
     try:
         out_path.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(page, encoding="utf-8")
-        os.replace(partial, out_path)
+        replace_text(out_path, page)  # another process may be writing the same report
     except OSError as exc:
-        with contextlib.suppress(OSError):  # the partial file may not exist (e.g. no folder)
-            partial.unlink()
         raise ReportError(f"{out_path}: cannot write the report: {exc}") from exc
     return out_path

@@ -28,6 +28,7 @@ from pathlib import Path
 import psutil
 
 from adapters.vms.base import TAG_EXPIRES_AT, TAG_MANAGED, TAG_OWNER, TAG_RUN_ID
+from adapters.whole_files import replace_text
 
 OWNER_FILE = "owner.json"
 UNIX_SOCKET_MAX = 107  # sun_path is 108 bytes with its terminating NUL
@@ -70,9 +71,7 @@ def _read_json(path: Path) -> dict[str, object] | None:
 
 
 def _write_json(path: Path, data: dict[str, object]) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(data, indent=2))
-    os.replace(partial, path)
+    replace_text(path, json.dumps(data, indent=2))
 
 
 @dataclass(frozen=True)
