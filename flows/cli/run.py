@@ -125,6 +125,7 @@ def _run(args: argparse.Namespace) -> int:
     rerun = rerun_command(args, config.run_id)
     from prefect.exceptions import TerminationSignal
 
+    from adapters.results.report_html import ReportError
     from flows.local_server import LocalServerError, configured_or_shared_api
     from flows.terminal import ProgressPrinter, quiet_expected_tracebacks
 
@@ -183,8 +184,12 @@ def _run(args: argparse.Namespace) -> int:
         print(f"\nRun status: {outcome.status} (finish it with: {rerun})")
     print(f"\nResults: {outcome.store} (run_id {outcome.run_id!r})")
     print(f"Screenshots: {(config.artifacts_dir / outcome.run_id).resolve()}")
-    html = report.path(outcome.run_id)
-    print(f"HTML report: {html.resolve()} (in the terminal: {report_command(args, outcome.run_id)})")
+    try:
+        html = report.path(outcome.run_id)
+        print(f"HTML report: {html.resolve()} (in the terminal: {report_command(args, outcome.run_id)})")
+    except ReportError as exc:
+        # The results are stored: the exit status stays the run's; the report can be written later.
+        print(f"arena: warning: {exc}; write it again with: {report_command(args, outcome.run_id)}", file=sys.stderr)
     code = RUN_EXIT_CODES.get(outcome.status, EXIT_FAILED)
     if code:
         missing = outcome.completeness.missing if outcome.completeness else "some"

@@ -159,6 +159,22 @@ def test_a_run_prints_a_report_hint_that_works_pasted_and_a_complete_run_says_so
     assert "Run hinted was already complete: every selected task has a final result, so nothing ran" in out
 
 
+def test_a_completed_run_whose_report_cannot_be_written_keeps_its_exit_status_and_says_how_to_write_it(
+    prefect_server: None, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "runs.duckdb"
+    (tmp_path / "reports").write_text("a file where the reports folder goes")
+    argv = ["run", "--task", "notepad-append-line", "--pool-size", "1", "--db", str(db), "--artifacts",
+            str(tmp_path / "art"), "--run-id", "unreported"]
+    assert main(argv) == 0  # the results are stored: the run completed
+    captured = capsys.readouterr()
+    assert "status: completed" in captured.out and "HTML report:" not in captured.out
+    (warning,) = [line for line in captured.err.splitlines() if line.startswith("arena: warning:")]
+    assert str(tmp_path / "reports" / "unreported.html") in warning and "cannot write the report" in warning
+    assert warning.endswith(f"write it again with: arena report unreported --db {db}")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
