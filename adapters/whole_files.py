@@ -15,6 +15,12 @@ import uuid
 from pathlib import Path
 
 
+def temporary_beside(path: Path) -> Path:
+    """A name in `path`'s folder that no other writer uses, for a file that is then renamed over
+    `path` (also for writers that are not Python, such as DuckDB's COPY)."""
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
+
+
 def replace_text(path: Path, text: str) -> None:
     """Write `text` (UTF-8) to `path` through a temporary file of this call's own in the same
     folder, then rename it over `path`. Of writers at once, the last rename stays; each leaves
@@ -22,7 +28,7 @@ def replace_text(path: Path, text: str) -> None:
     when the folder is missing or cannot be written (nothing is left behind then)."""
     # A random name created exclusively, not mkstemp: that one makes the file 0600, so a report
     # a teammate or a web server should read would be the owner's alone.
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
+    temporary = temporary_beside(path)
     try:
         with open(temporary, "x", encoding="utf-8") as handle:
             handle.write(text)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.whole_files import replace_text
+from adapters.whole_files import replace_text, temporary_beside
 
 
 def test_writers_at_once_all_succeed_and_leave_one_whole_file(tmp_path: Path) -> None:
@@ -59,3 +59,10 @@ def test_the_file_is_as_readable_as_a_plain_write_makes_it(tmp_path: Path) -> No
     finally:
         os.umask(previous)
     assert stat.S_IMODE(whole.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode) == 0o644
+
+
+def test_each_writer_gets_a_temporary_name_of_its_own_beside_the_file(tmp_path: Path) -> None:
+    target = tmp_path / "runs.parquet"
+    names = {temporary_beside(target) for _ in range(100)}
+    assert len(names) == 100
+    assert all(n.parent == tmp_path and n.name.startswith(".runs.parquet.") and n.suffix == ".partial" for n in names)

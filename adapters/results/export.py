@@ -16,6 +16,7 @@ import duckdb
 
 from adapters.results.source import ResultsSource, require_runs, results_connection, source_path
 from adapters.training.output import OutputExists
+from adapters.whole_files import temporary_beside
 
 # File name -> the query that fills it; `?` is the run id. Ordered so files are deterministic.
 EXPORTS: dict[str, str] = {
@@ -29,8 +30,6 @@ EXPORTS: dict[str, str] = {
         "QUALIFY row_number() OVER (PARTITION BY task_id, trial ORDER BY attempt DESC) = 1 ORDER BY task_id, trial"
     ),
 }
-
-_PARTIAL_SUFFIX = ".partial"
 
 
 class ExportError(RuntimeError):
@@ -93,7 +92,7 @@ def export_run_parquet(
 
 def _copy(conn: duckdb.DuckDBPyConnection, query: str, run_id: str, target: Path) -> None:
     """COPY one query's rows (run id bound as a parameter) to `target`, via a temporary file."""
-    partial = target.with_name(target.name + _PARTIAL_SUFFIX)
+    partial = temporary_beside(target)  # two exports into one folder at once each write their own
     statement = f"COPY ({query}) TO {sql_string_literal(str(partial))} (FORMAT parquet)"
     try:
         conn.execute(statement, [run_id])
