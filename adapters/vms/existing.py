@@ -54,18 +54,15 @@ class ExistingServersProvider(VMProvider):
         self._unused = list(self.urls)
         self._retired: list[str] = []
         self._lock = threading.Lock()
-        self._simulated: bool | None = None  # found out from the first server that answers
         # What each server said of itself at the run's start (GET /sim/info), asked once: the
         # run's label and its waits both read it.
         self._infos: dict[str, dict | None] = {}
 
     @property
     def environment(self) -> str:
-        """"existing", or "local-simulation (existing server)" when the servers are the simulation:
+        """"existing", or "local-simulation (existing server)" when the first server is the simulation:
         runs are labelled by what they ran on, not by how it was reached."""
-        if self._simulated is None:
-            self._simulated = self._info(self.urls[0]) is not None
-        return "local-simulation (existing server)" if self._simulated else self.name
+        return "local-simulation (existing server)" if self._info(self.urls[0]) is not None else self.name
 
     @property
     def acts_synchronously(self) -> bool:  # type: ignore[override]
@@ -102,8 +99,6 @@ class ExistingServersProvider(VMProvider):
                     )
                 url = self._unused.pop(0)
             if self._answers(url):
-                if self._simulated is None:
-                    self._simulated = _simulation_info(url) is not None
                 return self._handle(vm_id, url)
             self._retire(url)
 
