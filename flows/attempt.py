@@ -6,7 +6,7 @@ trouble, so one bad task cannot lose another's result.
 
 Stage wall-clock limits. Prefect task timeouts cannot interrupt a thread blocked in a network call
 (notes/prefect.md), so every stage's blocking call runs in a daemon worker thread joined with the
-stage's limit (`AttemptContext.stage_timeouts`, defaults in DEFAULT_STAGE_TIMEOUTS). When the limit
+stage's limit (`AttemptContext.stage_timeouts`, defaults in flows/stage_limits.py). When the limit
 passes, the attempt ends at once naming the stage and the limit, and the VM is marked unhealthy
 so the pool replaces it: as an infrastructure error when the stage was waiting on the WAA server
 (reset, setup, evaluate, or an episode blocked in an observation or action), as a timeout when
@@ -48,6 +48,7 @@ from adapters.waa.client import WAAClient
 from adapters.waa.errors import WAAConnectionError, WAAError
 from adapters.waa.live import LiveAdapterSettings, WAALiveAdapter
 from adapters.waa.setup_steps import SetupStepError
+from flows.stage_limits import DEFAULT_STAGE_TIMEOUTS, EPISODE_HARD_LIMIT_GRACE, StageTimeout
 from tasks.episode import play_episode
 from tasks.evaluate import evaluate_state
 from tasks.reset import reset_vm
@@ -56,26 +57,6 @@ from tasks.setup import setup_task
 
 T = TypeVar("T")
 P = ParamSpec("P")
-
-STAGES: tuple[str, ...] = ("reset", "setup", "episode", "evaluate")
-# Hard wall-clock limits per stage, in seconds. Real VMs: a snapshot reset or a slow setup step
-# (downloads, app launches) can take minutes; evaluation may fetch files and walk the tree.
-DEFAULT_STAGE_TIMEOUTS: dict[str, float] = {"reset": 600.0, "setup": 900.0, "evaluate": 900.0}
-# Without an explicit "episode" limit, the episode stage's hard limit is the soft limit plus this.
-EPISODE_HARD_LIMIT_GRACE = 30.0
-
-
-class StageTimeout(Exception):
-    """A stage did not return within its wall-clock limit (its worker thread was abandoned)."""
-
-    def __init__(self, stage: str, limit: float) -> None:
-        super().__init__(
-            f"{stage} stage exceeded its wall-clock limit of {limit:g} s "
-            "(blocked; VM marked unhealthy, worker thread abandoned)"
-        )
-        self.stage = stage
-        self.limit = limit
-
 
 # What a hedge copy's attempt says when it was stopped because its task's own attempt ended.
 STOPPED_COPY = "hedge copy stopped: the task's own attempt ended first (this result is not recorded)"
@@ -108,17 +89,6 @@ def run_with_deadline(stage: str, limit: float | None, fn: Callable[P, T], *args
     if "error" in box:
         raise box["error"]
     return box["value"]
-
-
-def validate_stage_timeouts(timeouts: Mapping[str, float]) -> dict[str, float]:
-    """The given limits, checked: known stage names and positive numbers only."""
-    unknown = sorted(set(timeouts) - set(STAGES))
-    if unknown:
-        raise ValueError(f"unknown stage(s) {unknown} in stage timeouts; known: {list(STAGES)}")
-    bad = {k: v for k, v in timeouts.items() if not v > 0}
-    if bad:
-        raise ValueError(f"stage timeouts must be positive seconds, got {bad}")
-    return {k: float(v) for k, v in timeouts.items()}
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from adapters.vms.warm_pool import pool_resource_id
 from adapters.waa.suite_settings import suite_flavor
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from adapters.waa.settle import SettleChoice, SettlePolicy, choose_policy
-from flows.attempt import DEFAULT_STAGE_TIMEOUTS, validate_stage_timeouts
+from flows.stage_limits import DEFAULT_STAGE_TIMEOUTS, validate_stage_timeouts
 from flows.shard_signing import shard_secret
 from flows.summary import RunCompleteness
 

@@ -24,7 +24,7 @@ from adapters.outcomes import EnvironmentFault
 from adapters.vms.base import ProviderError
 from adapters.waa.errors import WAAError
 from adapters.waa.setup_steps import SetupStepError
-from flows.attempt import StageTimeout
+from flows.stage_limits import StageTimeout
 from flows.progress import progress_line
 
 EXPECTED_FAILURES: tuple[type[BaseException], ...] = (
