@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import importlib.util
 import json
 import math
 import os
@@ -39,8 +40,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
@@ -205,7 +208,7 @@ def _start(directory: Path, timeout: float) -> dict[str, object]:
             return record
         if (directory / "failed").exists():
             break
-        time.sleep(0.2)
+        time.sleep(0.05)  # reading a small file: cheap, and the run waits on it
     raise LocalServerError(
         f"the local Prefect server did not start within {timeout:.0f} s (its log: {log_path}); "
         "or set PREFECT_API_URL to a running server (`prefect server start`)"
@@ -227,18 +230,58 @@ def stop_server(prefect_home: Path, *, timeout: float = 15.0) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def configured_or_shared_api() -> Iterator[LocalServer | None]:
-    """Run the body against the configured Prefect API (PREFECT_API_URL, from the environment
-    or the Prefect profile) when there is one: yields None. Otherwise against the shared local
-    server, started if needed: yields it, and it is released on exit."""
-    from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
+class ServerStart:
+    """The shared local server of a Prefect home, being found or started (`ensure_server`) in a
+    background thread: a server's start takes seconds, mostly in its own processes, which can
+    run on another core while the run imports Prefect."""
+
+    def __init__(self, prefect_home: Path) -> None:
+        self._future: Future[LocalServer] = Future()
+        self._taken = False
+        # A daemon thread: a run stopped meanwhile (Ctrl-C) does not wait for the server's start.
+        threading.Thread(target=self._find_or_start, args=(prefect_home,), name="local-server-start",
+                         daemon=True).start()
+
+    def _find_or_start(self, prefect_home: Path) -> None:
+        try:
+            self._future.set_result(ensure_server(prefect_home))
+        except BaseException as exc:  # noqa: BLE001 - raised again in the thread that takes the server
+            self._future.set_exception(exc)
+
+    def take(self) -> LocalServer:
+        """The server, once found or started (waits for it); raises what `ensure_server` raised.
+        The caller releases it."""
+        self._taken = True
+        return self._future.result()
+
+    def abandon(self) -> None:
+        """Unless `take` handed the server out: release it as soon as it is found or started (the
+        run ended before it used the server, which may then stop once idle)."""
+        if not self._taken:
+            self._future.add_done_callback(lambda done: done.exception() is None and done.result().release())
+
+
+def start_shared_api() -> ServerStart | None:
+    """None when a Prefect API is configured (PREFECT_API_URL, in the environment or the Prefect
+    profile); otherwise the shared local server of this Prefect home, being found or started in
+    the background (see `use_api`)."""
+    from prefect.settings import get_current_settings
 
     settings = get_current_settings()
-    if settings.api.url:
+    return None if settings.api.url else ServerStart(Path(settings.home))
+
+
+@contextlib.contextmanager
+def use_api(start: ServerStart | None) -> Iterator[LocalServer | None]:
+    """Run the body against the configured Prefect API when `start` is None (yields None);
+    otherwise against the shared local server `start` finds or starts: waits for it, yields it,
+    and releases it on exit."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    if start is None:
         yield None
         return
-    server = ensure_server(Path(settings.home))
+    server = start.take()
     # Threads Prefect did not start see the environment, the rest the settings context.
     previous = os.environ.get("PREFECT_API_URL")
     os.environ["PREFECT_API_URL"] = server.api_url
@@ -255,6 +298,13 @@ def configured_or_shared_api() -> Iterator[LocalServer | None]:
         from flows.bookkeeping import after_background
 
         after_background(server.release)
+
+
+@contextlib.contextmanager
+def configured_or_shared_api() -> Iterator[LocalServer | None]:
+    """`use_api` with the server looked for (and started if needed) here."""
+    with use_api(start_shared_api()) as server:
+        yield server
 
 
 # --- the supervisor --------------------------------------------------------------------------
@@ -328,10 +378,13 @@ _SERVICES_OFF = ("SCHEDULER", "LATE_RUNS", "FOREMAN", "PAUSE_EXPIRATIONS", "REPO
 
 def server_command(port: int) -> list[str]:
     """The local server's process: uvicorn serving `_SERVER_APP` on 127.0.0.1:`port`."""
-    import prefect
-
+    # Where Prefect is installed, found without importing it: the supervisor that calls this
+    # would otherwise spend about a second importing Prefect before the server can start.
+    prefect_spec = importlib.util.find_spec("prefect")
+    if prefect_spec is None or prefect_spec.origin is None:
+        raise LocalServerError("Prefect is not installed in this Python environment")
     return [
-        sys.executable, "-m", "uvicorn", "--app-dir", str(Path(prefect.__file__).parent.parent),
+        sys.executable, "-m", "uvicorn", "--app-dir", str(Path(prefect_spec.origin).parent.parent),
         "--factory", _SERVER_APP, "--host", "127.0.0.1", "--port", str(port),
         "--log-level", "error", "--lifespan", "on",
         # An open UI connection must not hold a stop back for long.
@@ -421,7 +474,7 @@ def _wait_healthy(server: subprocess.Popen[bytes], api_url: str, stopping: Calla
     while not _healthy(api_url, timeout=1.0):
         if stopping() or server.poll() is not None or time.monotonic() > deadline:
             return False
-        time.sleep(0.2)
+        time.sleep(0.1)
     return True
 
 

@@ -93,3 +93,25 @@ def test_commands_that_run_no_flow_never_import_prefect(argv: list[str], tmp_pat
         store.start_run(RunInfo(run_id="r1", agent="scripted", suite="x"))
     modules = _modules_after(f"from flows.cli import main\n    assert main({argv!r}) == 0, 'exit status'", cwd=tmp_path)
     assert "prefect" not in _top(modules)
+
+
+@pytest.mark.parametrize("argv", [["run"], ["run", "--agent", "scripted", "--domain", "notepad", "--trials", "2"]])
+def test_a_runs_checks_come_before_prefect(argv: list[str], tmp_path: Path) -> None:
+    """`arena run` checks its configuration (the suite, the paths, the agent) before Prefect is
+    imported, so that the local Prefect server can start while it imports Prefect; a module of
+    the configuration that pulled Prefect in (flows/run_config.py did, through the attempt's
+    stage limits) would put the server's start after those imports again."""
+    code = ("from flows.cli import build_parser\n    from flows.cli.run import _config\n"
+            "    from adapters.agents import build_agent\n"
+            f"    config = _config(build_parser().parse_args({argv!r}))\n    config.preflight()\n"
+            "    build_agent(config.agent, config.resolved_agent_options())")
+    modules = _modules_after(code, cwd=tmp_path)
+    assert "prefect" not in _top(modules), sorted(m for m in modules if m.startswith("prefect"))[:5]
+    assert "flows.run_config" in modules and "adapters.waa.catalog" in modules  # the checks did run
+
+
+def test_the_local_servers_supervisor_does_not_import_prefect() -> None:
+    """The supervisor (`python -m flows.local_server`) only starts the server's process: importing
+    Prefect there cost about a second of every stopped server's start."""
+    modules = _modules_after("from flows.local_server import server_command\n    server_command(4200)")
+    assert "prefect" not in _top(modules), sorted(m for m in modules if m.startswith("prefect"))[:5]

@@ -171,6 +171,43 @@ def test_the_server_dies_with_its_supervisor(tmp_path: Path, database: str) -> N
         _kill_left(record)
 
 
+ABANDONED_START = """
+import sys
+from pathlib import Path
+from flows.local_server import ServerStart
+start = ServerStart(Path(sys.argv[1]))  # as `arena run` begins it, before it imports Prefect
+start.abandon()  # the run ended before it used the server (its imports failed, Ctrl-C)
+print("abandoned", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_server_started_for_a_run_that_ended_before_using_it_is_let_go(tmp_path: Path, database: str) -> None:
+    """`arena run` finds or starts its server in the background while it imports Prefect. A run
+    that ends before it takes the server releases it once it is up, so the server stops when
+    idle even while that process lives on (`arena run` called from Python, a test worker)."""
+    home = tmp_path / "prefect"
+    env = {**_env(home, "1"), "PREFECT_SERVER_DATABASE_CONNECTION_URL": database, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-c", ABANDONED_START, str(home)], cwd=ROOT, env=env,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    record: dict[str, object] = {}
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "abandoned\n"
+        deadline = time.monotonic() + 120
+        while not (state_dir(home) / "server.json").exists():
+            assert time.monotonic() < deadline and process.poll() is None, process.communicate(timeout=30)[1][-3000:]
+            time.sleep(0.05)
+        record = json.loads((state_dir(home) / "server.json").read_text())
+        seconds = _all_gone(_pids(record), 20)
+        print(f"server gone {seconds} s after it came up (idle limit 1 s), its starter still running")
+        assert seconds is not None, "the server stayed held by a process that never used it"
+        assert process.poll() is None
+    finally:
+        _release(process)
+        if record:
+            _kill_left(record)
+
+
 def test_arena_runs_in_deleted_temporary_homes_leave_no_server(tmp_path: Path) -> None:
     """The issue's check: an `arena run` that completes and one killed with SIGKILL mid-run,
     each with PREFECT_HOME in a temporary folder deleted afterwards; no server of theirs is
