@@ -251,14 +251,20 @@ class ServerStart:
     def take(self) -> LocalServer:
         """The server, once found or started (waits for it); raises what `ensure_server` raised.
         The caller releases it."""
+        server = self._future.result()
         self._taken = True
-        return self._future.result()
+        return server
 
     def abandon(self) -> None:
         """Unless `take` handed the server out: release it as soon as it is found or started (the
         run ended before it used the server, which may then stop once idle)."""
         if not self._taken:
-            self._future.add_done_callback(lambda done: done.exception() is None and done.result().release())
+            self._future.add_done_callback(_release_found)
+
+
+def _release_found(done: Future[LocalServer]) -> None:
+    if done.exception() is None:
+        done.result().release()
 
 
 def start_shared_api() -> ServerStart | None:

@@ -124,7 +124,7 @@ def _run(args: argparse.Namespace) -> int:
     build_agent(config.agent, config.resolved_agent_options())
     rerun = rerun_command(args, config.run_id)
     # The shared local server is found, or started, while this process imports Prefect and the
-    # flow (measured: a stopped server's start came 1.5-2.5 s sooner).
+    # flow (a stopped server's start takes about 5 s: docs/prefect-ui.md).
     server_start = start_shared_api()
     try:
         return _run_checked(args, config, rerun, server_start)
