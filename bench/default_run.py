@@ -4,8 +4,9 @@ Cold: a fresh Prefect home, so the run starts the local Prefect server (and migr
 database) before anything else. Warm: the same home again while that server is still up (it
 stays `ARENA_LOCAL_SERVER_IDLE_SECONDS` after a run, default 300 s), as when a user runs again
 or several runs follow each other. Restarted: once more after that server stopped, as a
-session's first run usually is (the server starts, its database already migrated). Each run is the real CLI in its own process, in a temporary
-working directory; the time includes Python start-up, the run, the summary and the HTML report.
+session's first run usually is (the server starts, its database already migrated). Each run is
+the real CLI in its own process, in a temporary working directory; the time includes Python
+start-up, the run, the summary and the HTML report.
 Its floor, what no orchestration can go below: starting Python with the modules a run imports
 (and exiting as `arena` does, without Python's final garbage collection),
 plus the environment and agent work of the last warm run (reset, setup, episode and evaluation
