@@ -165,7 +165,11 @@ def ensure_server(prefect_home: Path, *, timeout: float = START_TIMEOUT_SECONDS)
     except ValueError as exc:
         raise LocalServerError(str(exc)) from None
     directory = state_dir(prefect_home)
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LocalServerError(f"the Prefect home {prefect_home} (PREFECT_HOME) cannot hold the local server's "
+                               f"files: {exc.strerror or exc}") from None
     with _locked(directory / "start.lock", fcntl.LOCK_EX):
         record = _read_record(directory)
         users = _users_file(directory, record) if record is not None and _healthy(str(record["api_url"])) else None

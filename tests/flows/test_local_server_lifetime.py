@@ -322,6 +322,20 @@ def test_a_bad_idle_setting_is_named_before_anything_starts(
     assert not (tmp_path / "prefect").exists()
 
 
+def test_a_prefect_home_that_is_a_file_is_named_in_one_line(tmp_path: Path) -> None:
+    """PREFECT_HOME naming a file: `arena run` says so in one line (it was a traceback)."""
+    home = tmp_path / "not-a-folder"
+    home.write_text("a file")
+    with pytest.raises(LocalServerError, match=f"the Prefect home {home} \\(PREFECT_HOME\\) cannot hold"):
+        ensure_server(home)
+    done = subprocess.run([sys.executable, "-m", "flows.cli", "run", "--domain", "notepad"], cwd=tmp_path,
+                          env={**_env(home), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1].startswith(f"arena: error: the Prefect home {home} (PREFECT_HOME)")
+    assert "Traceback" not in done.stderr
+    assert home.read_text() == "a file"
+
+
 LATE_BOOKKEEPING = """
 import sys, time, requests
 from prefect import flow
