@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -91,10 +91,20 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Rows, RetryWhileBusy]]:
         thread.join(10)
 
 
+def _commit_once(holder: sqlite3.Connection, ready: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Let the lock go once `ready()` (or after `timeout`, so a failing test does not hang)."""
+    deadline = time.monotonic() + timeout
+    while not ready() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    holder.commit()
+
+
 def test_a_request_that_meets_a_locked_database_is_answered_once_the_lock_is_gone(served) -> None:
     url, rows, _ = served
     holder = rows.lock()
-    threading.Timer(0.3, holder.commit).start()
+    # The lock goes once the request met it and was run again (not after a fixed time, which a
+    # loaded machine's request could arrive after).
+    threading.Thread(target=_commit_once, args=(holder, lambda: rows.calls.get("rows", 0) >= 2), daemon=True).start()
     response = requests.post(f"{url}/rows", data="the same body each time", timeout=10)
     assert response.status_code == 200, response.text
     assert response.json() == {"stored": "the same body each time"}
