@@ -51,6 +51,8 @@ from typing import IO, Literal
 import psutil
 import requests
 
+from adapters.whole_files import replace_text
+
 IDLE_SECONDS_ENV = "ARENA_LOCAL_SERVER_IDLE_SECONDS"
 DEFAULT_IDLE_SECONDS = 300.0
 START_TIMEOUT_SECONDS = 120.0
@@ -491,8 +493,7 @@ def _wait_healthy(server: subprocess.Popen[bytes], api_url: str, stopping: Calla
 def _write_record(home: _HeldHome, api_url: str, port: int, server_pid: int) -> None:
     record = {"api_url": api_url, "ui_url": f"http://127.0.0.1:{port}", "port": port,
               "supervisor_pid": home.pid, "server_pid": server_pid}
-    (home.directory / "server.json.tmp").write_text(json.dumps(record))
-    (home.directory / "server.json.tmp").replace(home.directory / "server.json")
+    replace_text(home.directory / "server.json", json.dumps(record))
 
 
 def _serve_until_unused(home: _HeldHome, server: subprocess.Popen[bytes], idle: float,
