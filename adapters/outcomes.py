@@ -7,7 +7,9 @@ vocabulary is `OutcomeKind` (adapters/benchmark.py) and, for a single failed cal
 Rules, by number (the README's outcome table cites them):
 
 R1  Server-side failure of a well-formed request is infrastructure. The server could not be
-    reached, dropped the connection, did not answer within the call's deadline, or answered 5xx
+    reached, dropped the connection (before or in the middle of its answer: a VM or server
+    that stops while answering leaves a body shorter than its Content-Length), did not answer
+    within the call's deadline, or answered 5xx
     for its own reasons: WAA's `/execute` answers 500 when its 120 s subprocess timeout fires or
     `subprocess.run` raises (Windows refuses a command line over 32,766 characters with
     `[WinError 206]`; the harness types long text in pieces far below both limits,
@@ -91,6 +93,20 @@ import requests
 
 from adapters.benchmark import AgentInfrastructureError, OutcomeKind
 from adapters.waa.errors import WAAConnectionError, WAAError, WAAHTTPError
+
+# A peer that stopped in the middle of its answer: requests raises these while reading the body
+# (a connection reset or closed before the Content-Length was reached, or a compressed body that
+# ends early), not ConnectionError. They are the network's or the peer's failure (R1, R6, R9).
+ANSWER_CUT_SHORT: tuple[type[requests.RequestException], ...] = (
+    requests.exceptions.ChunkedEncodingError,
+    requests.exceptions.ContentDecodingError,
+)
+# Every way an HTTP transfer can fail without the peer answering in full.
+BROKEN_TRANSFER: tuple[type[requests.RequestException], ...] = (
+    requests.ConnectionError,
+    requests.Timeout,
+    *ANSWER_CUT_SHORT,
+)
 
 
 class Fault(str, enum.Enum):
@@ -192,7 +208,7 @@ def classify_setup_error(error: WAAError) -> Fault:
 def classify_download_error(error: requests.RequestException) -> Fault:
     """A host-side download for a setup step (R6): the network or a failing file host is
     infrastructure; a URL the host refuses (4xx) is the task's data."""
-    if isinstance(error, (requests.ConnectionError, requests.Timeout)):
+    if isinstance(error, BROKEN_TRANSFER):
         return Fault.ENVIRONMENT
     response = getattr(error, "response", None)
     if response is not None and response.status_code >= 500:

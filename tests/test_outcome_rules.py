@@ -302,6 +302,27 @@ def test_r6_a_transient_launch_failure_is_infrastructure(sim: LocalEnvHandle, tm
     runner.run(NOTEPAD_TASK.setup_steps)  # the next try works: the fault was the server's
 
 
+def test_r1_r6_a_launch_whose_answer_is_cut_short_is_infrastructure(sim: LocalEnvHandle, tmp_path: Path) -> None:
+    """A server that stops mid-answer (headers sent, the body short of its Content-Length) dropped
+    the connection (R1): a run whose first server died while answering a launch scored that task
+    setup_failure, the task's own fault, from requests' ChunkedEncodingError."""
+    runner = SetupRunner(WAAClient(sim.base_url, read_retries=1, backoff_seconds=0.01), tmp_path, launch_verify_seconds=5)
+    _faults(sim.base_url, {"route": "/setup/launch", "cut": True, "count": 1})
+    with pytest.raises(EnvironmentFault, match=r"/setup/launch during setup step 0 \(launch\).*cut short"):
+        runner.run(NOTEPAD_TASK.setup_steps)  # a launch acts: not sent again
+
+
+def test_r1_an_observation_cut_short_mid_episode_is_infrastructure(sim: LocalEnvHandle, tmp_path: Path) -> None:
+    adapter = WAALiveAdapter(WAAClient(sim.base_url, read_retries=0), CATALOG, tmp_path / "cache",
+                             LiveAdapterSettings(settle=SettlePolicy.fixed(0), launch_verify_seconds=5))
+    first = adapter.reset(NOTEPAD_TASK)
+    cut = lambda: _faults(sim.base_url, {"route": "/execute", "cut": True})  # noqa: E731
+    agent = _Plan([cut, BenchmarkAction(type=ActionType.TYPE, text="plain")])
+    episode = run_episode(adapter, agent, NOTEPAD_TASK, EpisodeLimits(max_steps=3), first_observation=first)
+    assert episode.final_outcome is OutcomeKind.INFRASTRUCTURE_ERROR, episode.error
+    assert "/execute" in (episode.error or "") and "cut short" in (episode.error or "")
+
+
 def test_r6_a_program_the_vm_lacks_is_a_setup_failure(sim: LocalEnvHandle, tmp_path: Path) -> None:
     runner = SetupRunner(WAAClient(sim.base_url), tmp_path, launch_verify_seconds=1)
     with pytest.raises(SetupStepError, match="neither a new window nor a new 'photoshop' process"):
@@ -378,12 +399,15 @@ def test_r9_a_getters_server_500_is_never_scored_unless_waa_compat_is_asked_for(
         assert result.outcome is OutcomeKind.AGENT_FAILURE and "scoring waa-compat" in (result.reason or "")
 
 
-def test_r9_a_getters_dropped_connection_is_infrastructure_under_both_scorings(sim: LocalEnvHandle, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fault", ["drop", "cut"])
+def test_r9_a_getters_dropped_connection_is_infrastructure_under_both_scorings(
+    sim: LocalEnvHandle, tmp_path: Path, fault: str
+) -> None:
     for scoring in ("strict", "waa-compat"):
         adapter = WAALiveAdapter(WAAClient(sim.base_url, read_retries=1, backoff_seconds=0.01), CATALOG,
                                  tmp_path / scoring, LiveAdapterSettings(settle=SettlePolicy.fixed(0), scoring=scoring))  # type: ignore[arg-type]
         adapter.reset(SETTINGS_TASK)
-        _faults(sim.base_url, {"route": "/execute", "drop": True})
+        _faults(sim.base_url, {"route": "/execute", fault: True})
         assert adapter.evaluate(SETTINGS_TASK).outcome is OutcomeKind.INFRASTRUCTURE_ERROR, scoring
         _faults(sim.base_url)
 
@@ -410,10 +434,13 @@ def test_r9_evaluation_call_classification_table() -> None:
 # --- R10: what is safe to repeat is retried ------------------------------------------------------------
 
 
+@pytest.mark.parametrize("fault", ["drop", "cut"])
 @pytest.mark.parametrize("route", ["/setup/close_all", "/setup/clear_task_files"])
-def test_r10_a_dropped_connection_on_a_reset_or_clean_up_call_is_retried(sim: LocalEnvHandle, tmp_path: Path, route: str) -> None:
+def test_r10_a_dropped_connection_on_a_reset_or_clean_up_call_is_retried(
+    sim: LocalEnvHandle, tmp_path: Path, route: str, fault: str
+) -> None:
     adapter = _adapter(sim.base_url, tmp_path)
-    _faults(sim.base_url, {"route": route, "drop": True, "count": 1})
+    _faults(sim.base_url, {"route": route, fault: True, "count": 1})
     adapter.clean_desktop()  # no error: the call was repeated
     assert [f["hits"] for f in requests.get(f"{sim.base_url}/sim/faults", timeout=10).json()["faults"]] == [1]
 

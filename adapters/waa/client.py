@@ -19,6 +19,7 @@ from typing import Any
 
 import requests
 
+from adapters.outcomes import ANSWER_CUT_SHORT
 from adapters.waa.errors import WAAConnectionError, WAAError, WAAHTTPError
 
 
@@ -129,6 +130,9 @@ class WAAClient:
                 continue
             except requests.ConnectionError as exc:
                 last_error = WAAConnectionError(route, f"cannot connect to {self.base_url} ({exc})")
+                continue
+            except ANSWER_CUT_SHORT as exc:
+                last_error = WAAConnectionError(route, f"answer cut short: {self.base_url} stopped mid-answer ({exc})")
                 continue
             if response.status_code in ok_statuses:
                 return response

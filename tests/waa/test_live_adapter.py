@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from adapters.benchmark import ActionType, BenchmarkAction, BenchmarkTask
+from adapters.outcomes import EnvironmentFault
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from adapters.waa.client import WAAClient
 from adapters.waa.errors import WAAConnectionError, WAAHTTPError
@@ -122,9 +123,9 @@ class _FlakyHandler(http.server.BaseHTTPRequestHandler):
             return
         body = b"file-content" if self.path.startswith("/download") else b"\x89PNG"
         self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(len(body) * (10 if self.path.startswith("/download/cut") else 1)))
         self.end_headers()
-        self.wfile.write(body)
+        self.wfile.write(body)  # then the connection closes: short of a /download/cut answer's length
 
     def log_message(self, *args: object) -> None:
         pass
@@ -165,6 +166,14 @@ def test_download_is_fetched_once_then_uploaded(client: WAAClient, flaky_server:
     runner.run([step])
     assert _FlakyHandler.hits["/download/a.txt"] == 1
     assert client.get_file("C:\\Users\\Docker\\Downloads\\a.txt") == b"file-content"
+
+
+def test_a_download_the_file_host_cuts_short_is_infrastructure(client: WAAClient, flaky_server: str, tmp_path: Path) -> None:
+    runner = SetupRunner(client, tmp_path)
+    url = flaky_server + "/download/cut.txt"
+    with pytest.raises(EnvironmentFault, match="host download"):
+        runner.run([{"type": "download", "parameters": {"files": [{"url": url, "path": "C:\\Users\\Docker\\cut.txt"}]}}])
+    assert not runner.download_cache_path(url, "cut.txt").exists()  # nothing half-fetched is kept
 
 
 def test_launch_is_verified_by_a_new_window(client: WAAClient, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from adapters.host_paths import PathEscapeError, inside
+from adapters.outcomes import BROKEN_TRANSFER
 from adapters.registry import Registry
 from adapters.waa.errors import WAAHTTPError
 from adapters.waa.evaluator.errors import EvaluationConfigError, HostNetworkError, require
@@ -167,7 +168,6 @@ def _cached_download(ctx: GetterContext, url: str, dest: str) -> Path:
         return target
     if ctx.offline:
         raise EvaluationConfigError(f"cloud_file: {url} is not in the download cache and offline mode is on")
-    import requests
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         with ctx.fetch_policy.get(url, stream=True, timeout=ctx.download_timeout) as response:
@@ -187,7 +187,7 @@ def _cached_download(ctx: GetterContext, url: str, dest: str) -> Path:
                 raise
     except FetchRefused as exc:
         raise EvaluationConfigError(f"cloud_file: {exc}") from None
-    except (requests.ConnectionError, requests.Timeout) as exc:
+    except BROKEN_TRANSFER as exc:
         raise HostNetworkError(f"cloud_file: cannot download {url}: {exc}") from exc
     return target
 

@@ -47,6 +47,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 from xml.etree import ElementTree
 
+from adapters.outcomes import BROKEN_TRANSFER
 from adapters.waa.errors import WAAHTTPError
 from adapters.waa.evaluator.errors import EvaluationConfigError, HostNetworkError, require
 from adapters.waa.evaluator.getters import GetterContext, cache_path, getter, soft_call
@@ -765,13 +766,12 @@ def _fetch(ctx: GetterContext, name: str, url: Any) -> Any:
         raise TypeError(f"{name}: url must be a non-empty string, got {url!r:.100}")
     if ctx.offline:
         raise EvaluationConfigError(f"{name}: {url} must be fetched from the web and offline mode is on")
-    import requests
 
     try:
         return ctx.fetch_policy.get(url, timeout=ctx.download_timeout)
     except FetchRefused as exc:
         raise EvaluationConfigError(f"{name}: {exc}") from None
-    except (requests.ConnectionError, requests.Timeout) as exc:
+    except BROKEN_TRANSFER as exc:
         raise HostNetworkError(f"{name}: cannot fetch {url}: {exc}") from exc
 
 

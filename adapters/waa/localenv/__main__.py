@@ -11,7 +11,7 @@ SIGTERM and SIGINT stop the server cleanly.
 ``--action-fault-rate``, ``--fault-seed``, ``--repaint-delay`` and
 ``--strict-activation-fails/--no-strict-activation-fails``. Injected faults (:mod:`.faults`, ``POST
 /sim/faults``) are applied here, before the request reaches the app, because only this server
-can drop a connection without an answer. While the
+can drop a connection without an answer or cut one short. While the
 readiness delay runs, the HTTP server resets (TCP RST, no answer) every connection whose request
 is not for ``/sim/*``, as a VM whose WAA server is not up yet; the port file is written when
 that delay starts, so a launcher can return at once and leave the waiting to its caller.
@@ -57,6 +57,9 @@ def _gated_handler(env: SimEnvironment) -> type[WSGIRequestHandler]:
                 if fault.drop:
                     self._reset()
                     return
+                if fault.cut:
+                    self._answer_cut()
+                    return
                 if fault.returncode is not None:
                     self._answer_json(200, fault.execute_answer(path))
                     return
@@ -74,6 +77,18 @@ def _gated_handler(env: SimEnvironment) -> type[WSGIRequestHandler]:
                 self.connection.close()
             except OSError:
                 pass
+
+        def _answer_cut(self) -> None:
+            # The headers promise the whole body; half of it is sent before the connection goes,
+            # as when the VM or its server stops mid-answer.
+            body = json.dumps({"status": "success", "output": "x" * 256, "error": "", "returncode": 0}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            self._reset()
 
         def _answer_error(self, status: int, message: str) -> None:
             self._answer_json(status, {"status": "error", "message": message})

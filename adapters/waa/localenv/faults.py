@@ -7,7 +7,8 @@ connections or answers late. Tests switch these on with ``POST /sim/faults``; qu
 
 A fault that fires replaces the request: the route's effect never happens (an action the server
 failed never reached the screen). It first sleeps ``delay`` seconds (no lock held), then either
-drops the connection (``drop``), serves the request normally (``status`` 200: a pure slowdown, as
+drops the connection (``drop``), starts a 200 answer and dies halfway through its body (``cut``: a
+VM or server process that stops while answering; the body is shorter than its Content-Length), serves the request normally (``status`` 200: a pure slowdown, as
 a hanging ``/accessibility``), answers ``status`` with the real server's error body
 ``{"status": "error", "message": ...}``, or, with ``returncode`` (``/execute`` only), answers 200
 as ``/execute`` does for a command that ran and failed: ``{"status": "success", "output": "",
@@ -47,6 +48,7 @@ class Fault:
     rate: float | None = None  # None = every matching request
     delay: float = 0.0
     drop: bool = False
+    cut: bool = False  # answer 200 with half of the body its Content-Length promises, then reset
     returncode: int | None = None  # /execute: answer 200 with this returncode (a command that failed)
     hits: int = 0
 
@@ -55,7 +57,7 @@ class Fault:
         """A fault from its JSON description; FaultSpecError names the bad field."""
         if not isinstance(data, dict):
             raise FaultSpecError(f"faults[{index}] must be an object")
-        unknown = sorted(set(data) - {"route", "status", "message", "count", "rate", "delay", "drop", "returncode"})
+        unknown = sorted(set(data) - {"route", "status", "message", "count", "rate", "delay", "drop", "cut", "returncode"})
         if unknown:
             raise FaultSpecError(f"faults[{index}] has unknown field(s) {unknown}")
         route = data.get("route")
@@ -79,6 +81,13 @@ class Fault:
         drop = data.get("drop", False)
         if not isinstance(drop, bool):
             raise FaultSpecError(f"faults[{index}].drop must be a boolean")
+        cut = data.get("cut", False)
+        if not isinstance(cut, bool):
+            raise FaultSpecError(f"faults[{index}].cut must be a boolean")
+        if cut:
+            if drop or "returncode" in data or data.get("status", 200) != 200:
+                raise FaultSpecError(f"faults[{index}].cut starts a 200 answer: no drop, status or returncode with it")
+            status = 200
         returncode = data.get("returncode")
         if returncode is not None:
             if isinstance(returncode, bool) or not isinstance(returncode, int) or returncode == 0:
@@ -88,7 +97,7 @@ class Fault:
                     f"faults[{index}].returncode needs route /execute or /setup/execute, status 200 and no drop"
                 )
             status = 200
-        return cls(route, status, message, count, None if rate is None else float(rate), float(delay), drop,
+        return cls(route, status, message, count, None if rate is None else float(rate), float(delay), drop, cut,
                    returncode)
 
     def remaining(self) -> int | None:
@@ -110,7 +119,7 @@ class Fault:
 
     def to_dict(self) -> dict[str, Any]:
         return {"route": self.route, "status": self.status, "message": self.message, "count": self.count,
-                "rate": self.rate, "delay": self.delay, "drop": self.drop, "returncode": self.returncode,
+                "rate": self.rate, "delay": self.delay, "drop": self.drop, "cut": self.cut, "returncode": self.returncode,
                 "hits": self.hits, "remaining": self.remaining()}
 
 

@@ -151,7 +151,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         body = f"content of {self.path}".encode()
         self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
+        # /cut...: the host stops after a tenth of what it promised, as a dropped download.
+        self.send_header("Content-Length", str(len(body) * (10 if self.path.startswith("/cut") else 1)))
         self.end_headers()
         self.wfile.write(body)
 
@@ -221,6 +222,15 @@ def test_cloud_file_http_error_and_unreachable(evaluate, file_server, tmp_path):
     spec["expected"]["path"] = f"http://127.0.0.1:{port}/x.txt"
     out = evaluate(spec)
     assert out.kind == "infrastructure_error"
+
+
+def test_cloud_file_cut_short_by_the_host_is_infrastructure(evaluate, file_server, tmp_path):
+    base, _ = file_server
+    spec = {"func": "exact_match", "result": {"type": "rule", "rules": 1},
+            "expected": {"type": "cloud_file", "path": base + "/cut.txt", "dest": "cut.txt"}}
+    out = evaluate(spec, download_dir=tmp_path / "downloads")
+    assert out.kind == "infrastructure_error" and "/cut.txt" in out.reason, out.reason
+    assert not [p for p in (tmp_path / "downloads").rglob("*") if p.is_file()]  # nothing half-written kept
 
 
 # -- coverage of the shipped task files -----------------------------------------------------------

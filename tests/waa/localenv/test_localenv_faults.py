@@ -34,7 +34,7 @@ def test_an_injected_500_replaces_the_request_and_counts_down(fresh: Client) -> 
     assert r.json() == {"status": "error", "message": "Command 'python -c ...' timed out after 120 seconds"}
     listed = fresh.get("/sim/faults").json()["faults"]
     assert listed == [{"route": "/execute", "status": 500, "message": None, "count": 1, "rate": None, "delay": 0.0,
-                       "drop": False, "returncode": None, "hits": 1, "remaining": 0}]
+                       "drop": False, "cut": False, "returncode": None, "hits": 1, "remaining": 0}]
     assert fresh.post("/execute", json={"command": ["python", "-c", "import pyautogui"]}).status_code == 200
     assert fresh.get("/probe").status_code == 200  # other routes are untouched
     assert _faults(fresh).json() == {"faults": []}
@@ -62,6 +62,10 @@ def test_drop_and_delay(fresh: Client) -> None:
     _faults(fresh, {"route": "/screenshot", "drop": True, "count": 1})
     with pytest.raises(requests.ConnectionError):
         fresh.get("/screenshot")
+    _faults(fresh, {"route": "/screenshot", "cut": True, "count": 1})
+    with pytest.raises(requests.exceptions.ChunkedEncodingError):  # 200 and headers, then half a body
+        fresh.get("/screenshot")
+    assert fresh.get("/screenshot").status_code == 200
     _faults(fresh, {"route": "/platform", "status": 200, "delay": 0.5})
     started = time.monotonic()
     assert fresh.get("/platform").text == "Windows" and time.monotonic() - started >= 0.5
@@ -71,7 +75,8 @@ def test_drop_and_delay(fresh: Client) -> None:
     "body, field",
     [({"faults": [{"route": "execute"}]}, "route"), ({"faults": [{"route": "/x", "status": 99}]}, "status"),
      ({"faults": [{"route": "/x", "rate": 2}]}, "rate"), ({"faults": [{"route": "/x", "bogus": 1}]}, "bogus"),
-     ({"faults": "all"}, "faults")],
+     ({"faults": "all"}, "faults"), ({"faults": [{"route": "/x", "cut": True, "status": 500}]}, "cut"),
+     ({"faults": [{"route": "/x", "cut": 1}]}, "cut")],
 )
 def test_a_bad_fault_is_refused_naming_the_field(fresh: Client, body: dict, field: str) -> None:
     r = fresh.post("/sim/faults", json=body)
