@@ -391,16 +391,19 @@ def test_budget_stops_taking_tasks_and_says_so(prefect_server: None, no_sim_leak
     from flows.run_config import SuiteRunConfig
 
     db = tmp_path / "arena.duckdb"
-    # The simulation's "VMs" cost $3600/h = $1/s each here, so a $1.5 budget ends the run early.
+    # The simulation's "VMs" cost $3600/h = $1/s each here, so a $10 budget ends the run early:
+    # a pause of 1 s after every action makes the 16 tasks take longer than 10 s however fast the
+    # machine, and a loaded machine still boots the one VM and starts a task well within 10 s
+    # (at $1.5 it did not, twice, beside a second test suite).
     outcome = run_suite(
         SuiteRunConfig(
-            pool_size=1, max_cost_usd=1.5, vm_hour_price_usd=3600.0, settle=0.1,
+            pool_size=1, max_cost_usd=10, vm_hour_price_usd=3600.0, settle=1.0,
             db_path=db, artifacts_dir=tmp_path / "art", run_id="faults-budget",
         )
     )
     c = outcome.completeness
     assert outcome.status == "budget_exhausted" and c is not None
-    assert c.budget_reason and "cost budget of $1.5 reached" in c.budget_reason
+    assert c.budget_reason and "cost budget of $10 reached" in c.budget_reason
     recorded = _rows(db, "SELECT count(DISTINCT task_id) FROM task_results WHERE run_id = 'faults-budget'")[0][0]
     assert 1 <= recorded < c.selected == 16
     assert c.not_started == c.missing == 16 - recorded
