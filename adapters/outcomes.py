@@ -198,7 +198,7 @@ def classify_setup_error(error: WAAError) -> Fault:
     """A failed setup call (R6): server trouble is infrastructure, the task's data is not."""
     if isinstance(error, WAAConnectionError):
         return Fault.ENVIRONMENT
-    if isinstance(error, WAAHTTPError) and error.status < 500:
+    if isinstance(error, WAAHTTPError) and 400 <= error.status < 500:
         return Fault.TASK_DATA  # the server refused what the task asked for (missing file, window...)
     if _MISSING_ON_VM.search(error.message) or _UNSUPPORTED_PARAMETER.search(error.message):
         return Fault.TASK_DATA
@@ -257,8 +257,10 @@ def classify_evaluation_call_error(error: WAAError, agent_typed_control_characte
     for an answer that carries the server's verdict (4xx: WAA's getter semantics apply)."""
     if isinstance(error, WAAConnectionError):
         return Fault.ENVIRONMENT
-    if not isinstance(error, WAAHTTPError) or error.status < 500:
+    if not isinstance(error, WAAHTTPError) or 400 <= error.status < 500:
         return None
+    if error.status < 400:  # a success answer the client could not read (not JSON): garbled
+        return Fault.ENVIRONMENT
     if is_unreadable_tree(error) and agent_typed_control_characters:
         return Fault.AGENT
     if _MISSING_ON_VM.search(error.message):

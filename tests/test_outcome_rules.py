@@ -347,6 +347,8 @@ def test_r6_setup_classification_table() -> None:
     assert classify_setup_error(WAAConnectionError("/setup/launch", "refused")) is Fault.ENVIRONMENT
     assert classify_setup_error(WAAHTTPError("/setup/launch", 500, "internal")) is Fault.ENVIRONMENT
     assert classify_setup_error(WAAHTTPError("/setup/open_file", 404, "File not found")) is Fault.TASK_DATA
+    # A 200 the client cannot read (not JSON) is the server's, never the task's.
+    assert classify_setup_error(WAAHTTPError("/obs_winagent", 200, "answer is not JSON: Expecting value")) is Fault.ENVIRONMENT
     assert classify_setup_error(WAAHTTPError("/setup/execute", 500, "[WinError 2] nope")) is Fault.TASK_DATA
     assert (
         classify_setup_error(WAAHTTPError("/setup/activate_window", 500, "Get window by class name is not supported"))
@@ -426,6 +428,7 @@ def test_r9_evaluation_call_classification_table() -> None:
     assert classify_evaluation_call_error(WAAHTTPError("/execute", 500, "Command ... timed out after 120 seconds")) is Fault.ENVIRONMENT
     assert classify_evaluation_call_error(WAAHTTPError("/execute", 500, "[WinError 3] path not found")) is Fault.TASK_DATA
     assert classify_evaluation_call_error(WAAHTTPError("/file", 404, "File not found")) is None
+    assert classify_evaluation_call_error(WAAHTTPError("/list_directory", 200, "answer is not JSON: ...")) is Fault.ENVIRONMENT
     unreadable = WAAHTTPError("/accessibility", 500, "All strings must be XML compatible: ...")
     assert classify_evaluation_call_error(unreadable, agent_typed_control_characters=True) is Fault.AGENT
     assert classify_evaluation_call_error(unreadable) is Fault.ENVIRONMENT
