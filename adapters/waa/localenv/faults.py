@@ -7,9 +7,10 @@ connections or answers late. Tests switch these on with ``POST /sim/faults``; qu
 
 A fault that fires replaces the request: the route's effect never happens (an action the server
 failed never reached the screen). It first sleeps ``delay`` seconds (no lock held), then either
-drops the connection (``drop``), starts a 200 answer and dies halfway through its body (``cut``: a
-VM or server process that stops while answering; the body is shorter than its Content-Length), serves the request normally (``status`` 200: a pure slowdown, as
-a hanging ``/accessibility``), answers ``status`` with the real server's error body
+drops the connection (``drop``), starts a 200 answer and dies halfway through its body (``cut``:
+a VM or server process that stops while answering; the body is shorter than its
+Content-Length), serves the request normally (``status`` 200: a pure slowdown, as a hanging
+``/accessibility``), answers ``status`` with the real server's error body
 ``{"status": "error", "message": ...}``, or, with ``returncode`` (``/execute`` only), answers 200
 as ``/execute`` does for a command that ran and failed: ``{"status": "success", "output": "",
 "error": <a Python traceback ending in message>, "returncode": ...}``. The default message is
