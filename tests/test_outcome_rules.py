@@ -312,7 +312,7 @@ def test_r1_r6_a_launch_whose_answer_is_cut_short_is_infrastructure(sim: LocalEn
         runner.run(NOTEPAD_TASK.setup_steps)  # a launch acts: not sent again
 
 
-def test_r1_an_observation_cut_short_mid_episode_is_infrastructure(sim: LocalEnvHandle, tmp_path: Path) -> None:
+def test_r1_an_action_whose_answer_is_cut_short_mid_episode_is_infrastructure(sim: LocalEnvHandle, tmp_path: Path) -> None:
     adapter = WAALiveAdapter(WAAClient(sim.base_url, read_retries=0), CATALOG, tmp_path / "cache",
                              LiveAdapterSettings(settle=SettlePolicy.fixed(0), launch_verify_seconds=5))
     first = adapter.reset(NOTEPAD_TASK)
