@@ -92,21 +92,8 @@ from typing import Literal
 import requests
 
 from adapters.benchmark import AgentInfrastructureError, OutcomeKind
+from adapters.transfer_errors import BROKEN_TRANSFER
 from adapters.waa.errors import WAAConnectionError, WAAError, WAAHTTPError
-
-# A peer that stopped in the middle of its answer: requests raises these while reading the body
-# (a connection reset or closed before the Content-Length was reached, or a compressed body that
-# ends early), not ConnectionError. They are the network's or the peer's failure (R1, R6, R9).
-ANSWER_CUT_SHORT: tuple[type[requests.RequestException], ...] = (
-    requests.exceptions.ChunkedEncodingError,
-    requests.exceptions.ContentDecodingError,
-)
-# Every way an HTTP transfer can fail without the peer answering in full.
-BROKEN_TRANSFER: tuple[type[requests.RequestException], ...] = (
-    requests.ConnectionError,
-    requests.Timeout,
-    *ANSWER_CUT_SHORT,
-)
 
 
 class Fault(str, enum.Enum):

@@ -19,7 +19,7 @@ from typing import Any
 
 import requests
 
-from adapters.outcomes import ANSWER_CUT_SHORT
+from adapters.transfer_errors import ANSWER_CUT_SHORT
 from adapters.waa.errors import WAAConnectionError, WAAError, WAAHTTPError
 
 

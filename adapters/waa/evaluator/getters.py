@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from adapters.host_paths import PathEscapeError, inside
-from adapters.outcomes import BROKEN_TRANSFER
 from adapters.registry import Registry
+from adapters.transfer_errors import BROKEN_TRANSFER
 from adapters.waa.errors import WAAHTTPError
 from adapters.waa.evaluator.errors import EvaluationConfigError, HostNetworkError, require
 from adapters.waa.downloads import cached_download_path

@@ -47,7 +47,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 from xml.etree import ElementTree
 
-from adapters.outcomes import BROKEN_TRANSFER
+from adapters.transfer_errors import BROKEN_TRANSFER
 from adapters.waa.errors import WAAHTTPError
 from adapters.waa.evaluator.errors import EvaluationConfigError, HostNetworkError, require
 from adapters.waa.evaluator.getters import GetterContext, cache_path, getter, soft_call
