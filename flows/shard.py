@@ -435,7 +435,13 @@ def start_shards(
     limits: dict[str, Any],
 ) -> Iterator[ShardRun]:
     """Create one flow run of the shard deployment per group, without waiting for any; yields
-    each as it is created (so a caller that fails half-way knows which ones to cancel)."""
+    each as it is created (so a caller that fails half-way knows which ones to cancel).
+
+    Each creation carries an idempotency key (the run, the shard and this call): Prefect's client
+    sends a request again when its answer does not arrive (a server busy past the client's 60 s
+    timeout), and without the key the server made a second flow run of the same shard, which a
+    worker then ran too: its tasks twice, one of the two untracked."""
+    invocation = uuid.uuid4().hex  # a resume's shards are new runs, not the earlier ones again
     for shard, group in enumerate(groups, start=1):
         ids = [t.task_id for t in group]
         cfg = shard_config(config, run_id, shard, len(groups), group, limits)
@@ -448,6 +454,7 @@ def start_shards(
                 config.shard_deployment,
                 parameters={**parameters, "signature": sign_shard(parameters)},
                 flow_run_name=name,
+                idempotency_key=f"{name}/{invocation}",
                 timeout=0,  # return at once: the shards run at the same time, on whatever workers poll
                 tags=["waa", "shard", f"run:{run_id}"],
             )
