@@ -457,7 +457,8 @@ def test_a_shard_whose_creation_the_client_sends_twice_is_one_flow_run(cluster: 
             created = list(start_shards(config, run_id, groups, catalog.content_hash(), {}, {t: 1 for t in TASKS[:2]},
                                         limits))
         runs = _shard_runs(cluster, run_id)
-        assert len(_LoseFirstCreateAnswer.creations) == 3, _LoseFirstCreateAnswer.creations  # one sent twice
+        # At least one creation was sent again (more when the server answered a busy 503 too).
+        assert len(_LoseFirstCreateAnswer.creations) >= 3, _LoseFirstCreateAnswer.creations
         assert sorted(r.name for r in runs) == [f"{run_id}-shard-1-of-2", f"{run_id}-shard-2-of-2"]
         assert sorted(str(r.id) for r in runs) == sorted(str(c.flow_run_id) for c in created)
     finally:
