@@ -23,6 +23,7 @@ controller.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -383,11 +384,7 @@ def run_suite(config: SuiteRunConfig, announce: Callable[[str], None] | None = N
             with tags(*run_tags(config)):
                 state = flow(config, return_state=True)
         else:
-            with get_client(sync_client=True) as client:
-                flow_run = client.create_flow_run_from_deployment(
-                    _arena_run_deployment(), parameters={"config": config.model_dump(mode="json")},
-                    tags=run_tags(config), name=run_name(config),
-                )
+            flow_run = create_arena_flow_run(config)
             if announce is not None:
                 url = flow_run_url(flow_run.id)
                 if url:
@@ -399,6 +396,23 @@ def run_suite(config: SuiteRunConfig, announce: Callable[[str], None] | None = N
         return kept if kept is not None else outcome_of(state)
     finally:
         _outcomes.pop(run_id, None)
+
+
+def create_arena_flow_run(config: SuiteRunConfig) -> Any:
+    """A new flow run of the `arena-run` deployment for `config` (its run id set), which the
+    calling process then executes.
+
+    The creation carries an idempotency key (the run id and a token of this call): Prefect's
+    client sends a request again when its answer does not arrive (a busy server answering after
+    the client's timeout, a dropped connection), and without the key the server made a second
+    flow run that nobody executes: a ghost run left Scheduled in the UI beside the real one. The
+    token makes a resume of the same run id a new flow run, not the earlier one again."""
+    with get_client(sync_client=True) as client:
+        return client.create_flow_run_from_deployment(
+            _arena_run_deployment(), parameters={"config": config.model_dump(mode="json")},
+            tags=run_tags(config), name=run_name(config),
+            idempotency_key=f"{ARENA_RUN_DEPLOYMENT}/{config.run_id}/{uuid.uuid4().hex}",
+        )
 
 
 def flow_run_url(flow_run_id: Any) -> str | None:

@@ -16,7 +16,6 @@ process.
 
 from __future__ import annotations
 
-import http.server
 import os
 import signal
 import subprocess
@@ -30,8 +29,8 @@ from typing import Any
 import duckdb
 import psutil
 import pytest
-import requests
 
+from lossy_prefect_proxy import losing_first_creation
 from server_helpers import PREFECT_BIN, PROJECT, PrefectServer, clean_env, stop_all, tail, wait_for
 from pg_server import PASSWORD as PG_PASSWORD
 
@@ -395,40 +394,6 @@ def test_a_crashed_shard_leaves_the_run_incomplete_and_resume_finishes_it(cluste
     assert shots and all(a == 2 and f"{retried}/attempt-2/" in p for a, p in shots), shots
 
 
-class _LoseFirstCreateAnswer(http.server.BaseHTTPRequestHandler):
-    """A proxy to the Prefect server that forwards every request, but closes the connection
-    instead of answering the first flow-run creation the server carried out: as when the server
-    answers after the client's timeout, the client sends the same creation again."""
-
-    protocol_version = "HTTP/1.1"
-    upstream = ""
-    creations: list[str] = []
-
-    def _forward(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
-        headers = {k: v for k, v in self.headers.items()
-                   if k.lower() not in ("host", "content-length", "connection", "accept-encoding")}
-        answer = requests.request(self.command, self.upstream + self.path, data=body, headers=headers, timeout=120)
-        if self.command == "POST" and self.path.endswith("/create_flow_run"):
-            self.creations.append(self.path)
-            if len(self.creations) == 1:
-                self.close_connection = True  # the run exists; its answer never arrives
-                return
-        self.send_response(answer.status_code)
-        for key, value in answer.headers.items():
-            if key.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
-                self.send_header(key, value)
-        self.send_header("Content-Length", str(len(answer.content)))
-        self.end_headers()
-        self.wfile.write(answer.content)
-
-    do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _forward
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 def test_a_shard_whose_creation_the_client_sends_twice_is_one_flow_run(cluster: dict[str, Any]) -> None:
     """Prefect's client sends a request again when its answer does not arrive. A loaded server
     answered a shard's creation after the client's 60 s timeout, and the retry made a second flow
@@ -446,24 +411,18 @@ def test_a_shard_whose_creation_the_client_sends_twice_is_one_flow_run(cluster: 
     catalog = WAATaskCatalog(bundled_suite_dir())
     groups = split_into_shards(catalog.tasks(ids=TASKS[:2]), {}, 2)
     limits = shard_budget_limits(config, RunBudget(config), len(groups))
-    _LoseFirstCreateAnswer.upstream = cluster["api_url"].removesuffix("/api")
-    _LoseFirstCreateAnswer.creations = []
-    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _LoseFirstCreateAnswer)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
     with _client(cluster) as client:  # the workers leave the shards alone: only their creation matters
         client.update_work_pool(POOL, WorkPoolUpdate(is_paused=True))
     try:
-        with temporary_settings({PREFECT_API_URL: f"http://127.0.0.1:{proxy.server_address[1]}/api"}):
+        with losing_first_creation(cluster["api_url"]) as proxy, temporary_settings({PREFECT_API_URL: proxy.api_url}):
             created = list(start_shards(config, run_id, groups, catalog.content_hash(), {}, {t: 1 for t in TASKS[:2]},
                                         limits))
         runs = _shard_runs(cluster, run_id)
         # At least one creation was sent again (more when the server answered a busy 503 too).
-        assert len(_LoseFirstCreateAnswer.creations) >= 3, _LoseFirstCreateAnswer.creations
+        assert len(proxy.creations) >= 3, proxy.creations
         assert sorted(r.name for r in runs) == [f"{run_id}-shard-1-of-2", f"{run_id}-shard-2-of-2"]
         assert sorted(str(r.id) for r in runs) == sorted(str(c.flow_run_id) for c in created)
     finally:
-        proxy.shutdown()
-        proxy.server_close()
         with _client(cluster) as client:
             for run in _shard_runs(cluster, run_id):
                 client.delete_flow_run(run.id)

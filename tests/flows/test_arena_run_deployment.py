@@ -1,13 +1,19 @@
 """The `evaluate-suite/arena-run` deployment every `arena run` belongs to (flows/evaluate_suite.py):
-registered when it is missing or differs from what this code registers, read and reused otherwise."""
+registered when it is missing or differs from what this code registers, read and reused otherwise;
+each `arena run` creates one flow run of it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from uuid import UUID
+
 from prefect import get_client
 from prefect.client.schemas.actions import DeploymentUpdate
+from prefect.settings import PREFECT_API_URL, temporary_settings
 
 import flows.evaluate_suite as evaluate_suite
 from flows.provenance import code_revision
+from flows.run_config import SuiteRunConfig
 
 
 def _fresh_lookup() -> str:
@@ -39,3 +45,30 @@ def test_the_arena_run_deployment_is_registered_once_and_again_only_when_it_chan
             assert again.paused and again.updated > registered.updated
             assert again.parameter_openapi_schema == registered.parameter_openapi_schema
             registered = again
+
+
+def test_a_creation_the_client_sends_again_is_one_flow_run(prefect_server: None, tmp_path: Path) -> None:
+    """Prefect's client sends a request again when its answer does not arrive (a busy server
+    answering after the client's timeout). Without an idempotency key the server made a second
+    flow run of the same `arena run`, which nothing executes: a ghost left Scheduled in the UI
+    beside the real run. A resume of the same run id is still a new flow run."""
+    from lossy_prefect_proxy import losing_first_creation
+
+    config = SuiteRunConfig(run_id="resent-creation", db_path=tmp_path / "arena.duckdb", artifacts_dir=tmp_path / "art")
+    with losing_first_creation(str(PREFECT_API_URL.value())) as proxy, temporary_settings({PREFECT_API_URL: proxy.api_url}):
+        created = evaluate_suite.create_arena_flow_run(config)
+    assert len(proxy.creations) >= 2, proxy.creations  # the creation was sent again
+    assert _runs_named(evaluate_suite.run_name(config)) == [created.id]
+
+    resumed = evaluate_suite.create_arena_flow_run(config)
+    assert sorted(_runs_named(evaluate_suite.run_name(config))) == sorted([created.id, resumed.id])
+    assert resumed.id != created.id
+
+
+def _runs_named(name: str) -> list[UUID]:
+    """The ids of the flow runs called `name` on the current server."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name])))
+    return [run.id for run in runs]
