@@ -87,6 +87,29 @@ class ReportError(ValueError):
     """The report cannot be written where asked; the message names the path."""
 
 
+# Near the top of every report this code writes: what tells a report that may be replaced from
+# any other file at the path asked for (reports written before it carried the marker start
+# with the same head up to the title, checked too).
+REPORT_GENERATOR = '<meta name="generator" content="waa-arena report">'
+_OLDER_REPORT_TITLE = "<title>WAA run "
+_REPORT_HEAD_BYTES = 2048
+
+
+def _check_replaceable(path: Path) -> None:
+    """ReportError unless `path` is absent or holds a report of this product: writing the report
+    loses nothing else (a results database or any other file given as --html by mistake)."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(_REPORT_HEAD_BYTES).decode("utf-8", errors="replace")
+    except (FileNotFoundError, NotADirectoryError):
+        return  # nothing there (writing will say why it cannot, if it cannot)
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot read the file there to see whether it is a report: {exc}") from exc
+    if not (head.startswith("<!DOCTYPE html>") and (REPORT_GENERATOR in head or _OLDER_REPORT_TITLE in head)):
+        raise ReportError(f"{path}: exists and is not a run report; the report never replaces another file "
+                          "(give a new file name, or remove that file first)")
+
+
 def esc(value: Any) -> str:
     """Any value as HTML text, safe inside elements and quoted attributes."""
     return html.escape("" if value is None else str(value), quote=True)
@@ -693,7 +716,7 @@ def render_html_report(metrics: RunMetrics, store: ResultStore, references: Refe
     label = environment_label(metrics.provenance)
     banner = f'<p class="banner">{esc(label)}</p>' if label == SIMULATION_LABEL else f"<p>environment: {esc(label)}</p>"
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{REPORT_GENERATOR}"
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         # No network: images are data URIs; the policy makes any other load fail loudly.
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
@@ -712,7 +735,7 @@ def write_html_report(
     """Write the run's self-contained HTML report to `out_path` and return its absolute path.
 
     StoreError naming the run when it is unknown; ReportError naming `out_path` when it is a
-    directory or cannot be written. The file is replaced atomically, so a reader never sees half
+    directory, another file than a report (never replaced), or cannot be written. The file is replaced atomically, so a reader never sees half
     a report. Missing screenshot files are reported in the page, never an error. `metrics`, when
     the caller has computed them already (compute_run_metrics with the same references), are used
     as they are.
@@ -720,6 +743,7 @@ def write_html_report(
     out_path = Path(out_path).expanduser().resolve()
     if out_path.is_dir():
         raise ReportError(f"{out_path}: is a directory; give the report's file name, e.g. {out_path / 'report.html'}")
+    _check_replaceable(out_path)
     if metrics is None:
         metrics = compute_run_metrics(store, run_id, references)
     page = render_html_report(metrics, store, references)

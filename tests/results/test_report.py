@@ -9,6 +9,7 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
+import duckdb
 import pytest
 from PIL import Image
 
@@ -210,6 +211,37 @@ def test_html_report_errors_name_their_input(
     blocker.write_text("")
     with pytest.raises(ReportError, match="cannot write the report"):
         write_html_report(metrics_edge_store, metrics_edge_runs.mixed, blocker / "report.html")
+
+
+def test_the_html_report_replaces_only_a_report(
+    metrics_edge_runs: EdgeRuns, metrics_edge_store: ResultStore, tmp_path: Path
+) -> None:
+    """`--html` given an existing file by mistake (the results database, a system file when run
+    as root) replaced it with the report. Only a report of this product is replaced now; anything
+    else is refused naming the path, and left as it was."""
+    run = metrics_edge_runs.mixed
+    database = tmp_path / "arena.duckdb"
+    with duckdb.connect(str(database)) as conn:
+        conn.execute("CREATE TABLE kept AS SELECT 42 AS answer")
+    notes = tmp_path / "notes.html"
+    notes.write_text("<!DOCTYPE html>\n<html><head><title>My notes</title></head><body>mine</body></html>\n")
+    for other in (database, notes, tmp_path / "empty"):
+        other.touch()
+        before = other.read_bytes()
+        with pytest.raises(ReportError, match=f"{re.escape(str(other))}: exists and is not a run report"):
+            write_html_report(metrics_edge_store, run, other)
+        assert other.read_bytes() == before
+    with duckdb.connect(str(database), read_only=True) as conn:
+        assert conn.execute("SELECT answer FROM kept").fetchall() == [(42,)]
+
+    # A report is replaced: written by this code (it carries the marker), or by an older version
+    # (the same head without it).
+    report = write_html_report(metrics_edge_store, run, tmp_path / "report.html")
+    assert '<meta name="generator" content="waa-arena report">' in report.read_text()[:2048]
+    older = tmp_path / "older.html"
+    older.write_text(report.read_text().replace('<meta name="generator" content="waa-arena report">', "", 1))
+    assert write_html_report(metrics_edge_store, run, older).read_text() == report.read_text()
+    assert write_html_report(metrics_edge_store, run, report).read_text() == older.read_text()
 
 
 def test_marker_positions() -> None:
