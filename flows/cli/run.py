@@ -363,6 +363,7 @@ def add_run(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argparse
 def _localenv(args: argparse.Namespace) -> int:
     """The local WAA environment in the foreground on 127.0.0.1:PORT until Ctrl-C."""
     from adapters.waa.localenv.__main__ import main as serve
+    from adapters.waa.localenv.filesystem import ForeignRootError, claim_root
 
     if not 0 < args.port < 65536:
         raise ValueError(f"--port {args.port}: give a port between 1 and 65535")
@@ -372,6 +373,11 @@ def _localenv(args: argparse.Namespace) -> int:
         except OSError as exc:
             taken = exc.errno == errno.EADDRINUSE
             raise ValueError(f"--port {args.port}: {'in use' if taken else exc.strerror}; give another port") from None
+    if args.root is not None:
+        try:  # before the banner: a folder holding other files is refused in one line
+            claim_root(args.root)
+        except ForeignRootError as exc:
+            raise ValueError(f"--root {exc}") from None
     root = args.root or Path(tempfile.mkdtemp(prefix="arena-localenv-"))
     url = f"http://127.0.0.1:{args.port}"
     quirks = " with a real WAA server's quirks" if args.quirks else ""
@@ -396,6 +402,6 @@ def add_localenv(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - arg
     localenv.add_argument("--port", type=int, default=5000, help="the port on 127.0.0.1 (default 5000, WAA's)")
     localenv.add_argument("--quirks", action="store_true", help="reproduce a real WAA server's quirks (slow start, "
                           "slow accessibility tree, late windows)")
-    localenv.add_argument("--root", type=Path, metavar="DIR", help="the simulated C: drive, kept afterwards "
-                          "(default: a temporary folder, deleted when it stops)")
+    localenv.add_argument("--root", type=Path, metavar="DIR", help="the simulated C: drive, kept afterwards: a new "
+                          "or empty folder, or one it used before (default: a temporary folder, deleted when it stops)")
     localenv.set_defaults(func=_localenv)

@@ -210,3 +210,18 @@ def test_localenv_serves_the_simulation_alone_until_ctrl_c(tmp_path: Path, capsy
     while root.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not root.exists()  # its temporary C: drive is gone with it
+
+
+def test_localenv_refuses_a_root_holding_other_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--root` is the simulated disk, which a snapshot's restore replaces whole: a folder holding
+    anything else is refused in one line before the banner, and left as it was."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("mine\n")
+    assert main(["localenv", "--port", str(_free_port()), "--root", str(project)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (f"arena: error: --root {project}: not empty and not a simulated disk (no .waa-simulated-disk); "
+                   "the simulation replaces everything in its folder when it restores a snapshot, so give a new or "
+                   "empty folder\n")
+    assert [p.name for p in project.iterdir()] == ["notes.txt"]

@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 from werkzeug.serving import WSGIRequestHandler, make_server
 
 from .environment import SimEnvironment
+from .filesystem import ForeignRootError
 from .quirks import QuirkSettings
 from .server import create_app
 
@@ -183,7 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
-    env = SimEnvironment(args.root, args.width, args.height, quirks=quirks)
+    try:
+        env = SimEnvironment(args.root, args.width, args.height, quirks=quirks)
+    except ForeignRootError as exc:
+        print(f"--root {exc}", file=sys.stderr)
+        return 2
     env.save_snapshot("initial")
     server = make_server(args.host, args.port, create_app(env), threaded=True, request_handler=_gated_handler(env))
     port = server.socket.getsockname()[1]

@@ -95,12 +95,37 @@ def parse_winpath(path: str) -> WinPath:
     return WinPath(drive, tuple(parts))
 
 
+# In a folder the simulation holds its disk in. Restoring a snapshot replaces everything in that
+# folder, so only a new or empty folder, or one marked like this before, becomes a disk.
+ROOT_MARKER = ".waa-simulated-disk"
+
+
+class ForeignRootError(ValueError):
+    """The folder given as the simulation's disk holds other files."""
+
+
+def claim_root(root: Path) -> Path:
+    """`root`, resolved and created, as the simulation's disk: marked as such when it is new or
+    empty. ForeignRootError naming it when it holds anything else and is not marked, so a folder
+    given by mistake (a home or project folder) is never emptied by a snapshot's restore."""
+    root = Path(root).expanduser().resolve()
+    if root.exists() and not root.is_dir():
+        raise ForeignRootError(f"{root}: is a file; give a new or empty folder for the simulated disk")
+    if root.is_dir() and not (root / ROOT_MARKER).is_file() and any(root.iterdir()):
+        raise ForeignRootError(
+            f"{root}: not empty and not a simulated disk (no {ROOT_MARKER}); the simulation replaces "
+            "everything in its folder when it restores a snapshot, so give a new or empty folder"
+        )
+    root.mkdir(parents=True, exist_ok=True)
+    (root / ROOT_MARKER).touch()
+    return root
+
+
 class SimFileSystem:
     """The simulated disk. All methods take Windows paths (str or WinPath)."""
 
     def __init__(self, root: Path) -> None:
-        self.root = Path(root).resolve()
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root = claim_root(root)
 
     # -- mapping -------------------------------------------------------------------------
     def host_path(self, path: str | WinPath) -> Path:

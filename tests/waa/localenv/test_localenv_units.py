@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -10,7 +11,8 @@ from adapters.waa.localenv import actioncode
 from adapters.waa.localenv.accessibility import build_xml, element_rects, tag_for
 from adapters.waa.localenv.apps.notepad import open_notepad
 from adapters.waa.localenv.desktop import Desktop
-from adapters.waa.localenv.filesystem import PathError, SimFileSystem, parse_winpath
+from adapters.waa.localenv.environment import SimEnvironment
+from adapters.waa.localenv.filesystem import ROOT_MARKER, ForeignRootError, PathError, SimFileSystem, parse_winpath
 from adapters.waa.localenv.registry import canonical_key
 from adapters.waa.localenv.render import png_bytes, render
 
@@ -145,3 +147,30 @@ def test_tag_rule():
     assert tag_for("#32770") == "tag-32770"
     assert tag_for("Shell_TrayWnd") == "shell_traywnd"
     assert tag_for("Windows.UI.Core.CoreWindow") == "windows-ui-core-corewindow"
+
+
+def test_the_simulated_disk_is_only_a_new_empty_or_earlier_simulated_folder(tmp_path: Path) -> None:
+    """Restoring a snapshot replaces everything in the simulation's folder: `arena localenv
+    --root ~/project` deleted the project's files written after the start. A folder holding
+    anything else is refused, naming it, and left as it was; a new or empty folder becomes a disk
+    (marked), and a disk made earlier is used again."""
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "main.py").write_text("print('mine')\n")
+    with pytest.raises(ForeignRootError, match=f"{project}: not empty and not a simulated disk"):
+        SimEnvironment(project)
+    assert sorted(p.relative_to(project).as_posix() for p in project.rglob("*")) == ["src", "src/main.py"]
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(ForeignRootError, match="is a file"):
+        SimFileSystem(tmp_path / "a-file")
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = SimEnvironment(empty)
+    assert (empty / ROOT_MARKER).is_file()
+    env.save_snapshot("start")
+    env.fs.write_bytes(r"C:\Users\Docker\Desktop\later.txt", b"after the snapshot")
+    assert env.load_snapshot("start")
+    assert not env.fs.exists(r"C:\Users\Docker\Desktop\later.txt")
+    assert (empty / ROOT_MARKER).is_file()  # still a disk after the restore
+    SimEnvironment(empty)  # made before: used again
