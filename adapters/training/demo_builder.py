@@ -99,7 +99,8 @@ def build_demo_library(
 ) -> DemoBuildSummary:
     """Write one demo per successfully solved task of `run_ids` into `out_dir` (a new
     directory, or an existing one with `overwrite`); the result loads with `load_demo_library`."""
-    out_dir = usable_output_dir(out_dir, overwrite, DemoLibraryExists)
+    out_dir = usable_output_dir(out_dir, overwrite, DemoLibraryExists, refused=DemoBuildError, marker=PROVENANCE,
+                                kind="demo library")
     texts = SuiteTexts(held_out=list(held_out or []))
     summary = DemoBuildSummary(out_dir=out_dir)
     best: dict[str, Episode] = {}

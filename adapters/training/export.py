@@ -112,7 +112,8 @@ def export_training(
         raise TrainingExportError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "sft" and images == "none":
         raise TrainingExportError("sft samples need their screenshots: use images 'files' or 'embed'")
-    out_dir = usable_output_dir(out_dir, overwrite, TrainingOutputExists)
+    out_dir = usable_output_dir(out_dir, overwrite, TrainingOutputExists, refused=TrainingExportError,
+                                marker=MANIFEST, kind="training export")
     texts = SuiteTexts(held_out=list(held_out or []))
     task_ids, runs, leaked = _survey(source, selection, texts)
     if not task_ids:

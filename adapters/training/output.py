@@ -25,12 +25,23 @@ class OutputExists(Exception):
         return f"{self.what}; add {option} to replace {self.replaced}"
 
 
-def usable_output_dir(out_dir: Path, overwrite: bool, error: type[OutputExists]) -> Path:
-    """`out_dir` resolved; `error` when it exists and is not an empty directory (unless
-    `overwrite`, which replaces a directory, never a file)."""
+def usable_output_dir(out_dir: Path, overwrite: bool, error: type[OutputExists], *, refused: type[ValueError],
+                      marker: str, kind: str) -> Path:
+    """`out_dir` resolved, to be written whole (`replaced_directory`). `error` when it exists and is
+    not an empty directory, unless `overwrite`; even then a directory is replaced only when it is
+    an earlier output of this `kind` (the file `marker` in it): `refused` for a file or any other
+    directory, whatever the caller allows (`--out . --overwrite` in a project folder deleted the
+    project)."""
     out_dir = Path(out_dir).expanduser().resolve()
-    if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not overwrite)):
-        raise error(f"{out_dir} exists and is not an empty directory")
+    if not out_dir.exists() or (out_dir.is_dir() and not any(out_dir.iterdir())):
+        return out_dir
+    if not out_dir.is_dir():
+        raise refused(f"{out_dir} is a file; give a new or empty directory for the {kind}")
+    if not overwrite:
+        raise error(f"{out_dir} exists and is not an empty directory", replaced=f"it (when it is an earlier {kind})")
+    if not (out_dir / marker).is_file():
+        raise refused(f"{out_dir} holds files and is not an earlier {kind} (no {marker} in it); overwriting "
+                      "replaces only one of those, so give a new or empty directory")
     return out_dir
 
 

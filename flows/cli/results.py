@@ -191,7 +191,7 @@ def add_export(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argpa
     export.add_argument("--out", type=Path, metavar="DIR", help="the output directory (created)")
     export.add_argument("--parquet", type=Path, metavar="DIR", help="directory for the .parquet files (parquet)")
     export.add_argument("--db", type=store_location, default=default_db(), help=DB_HELP)
-    export.add_argument("--overwrite", action="store_true", help="replace existing files in DIR")
+    export.add_argument("--overwrite", action="store_true", help="replace an earlier export in DIR")
     export.add_argument("--outcome", action="append", choices=OUTCOME_CHOICES,
                         help="only episodes with this outcome (repeatable)")
     export.add_argument("--success-only", action="store_true", help="only solved episodes")
@@ -224,7 +224,7 @@ def add_demos(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argpar
     demos_build.add_argument("--allow-held-out", action="store_true", help="keep held-out tasks")
     demos_build.add_argument("--include-infeasible", action="store_true",
                              help="keep infeasible tasks (their demos end in FAIL)")
-    demos_build.add_argument("--overwrite", action="store_true", help="replace an existing library in DIR")
+    demos_build.add_argument("--overwrite", action="store_true", help="replace an earlier library in DIR")
     demos_build.set_defaults(func=_demos_build)
 
 

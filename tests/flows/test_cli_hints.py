@@ -108,6 +108,20 @@ def test_existing_output_names_the_overwrite_option(tmp_path: Path, capsys: pyte
     assert (tmp_path / "out" / "runs.parquet").read_text() == "an earlier export"
     assert (tmp_path / "full" / "keep").read_text() == "mine"
 
+    # --overwrite replaces an earlier export or library only: `--out . --overwrite` in a project
+    # folder deleted the project. Any other directory, or a file, is refused and left as it was.
+    (tmp_path / "file").write_text("mine too")
+    for argv, kind in ((["export", "r1", "--format", "trajectories"], "training export (no manifest.json in it)"),
+                       (["demos", "build", "--from-run", "r1"], "demo library (no provenance.jsonl in it)")):
+        assert main([*argv, "--out", str(tmp_path / "full"), "--overwrite", "--db", str(db)]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"arena: error: {tmp_path / 'full'} holds files and is not an earlier {kind}; overwriting "
+                       "replaces only one of those, so give a new or empty directory\n"), err
+        assert main([*argv, "--out", str(tmp_path / "file"), "--overwrite", "--db", str(db)]) == 2
+        assert f"{tmp_path / 'file'} is a file; give a new or empty directory" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "full").iterdir()) == ["keep"]
+    assert (tmp_path / "file").read_text() == "mine too"
+
 
 def test_the_rerun_hint_repeats_every_option_given() -> None:
     parser = build_parser()

@@ -119,6 +119,14 @@ def test_build_refuses_what_it_cannot_make(bundled_run_db, tmp_path: Path) -> No
     with pytest.raises(DemoBuildError, match="not an empty directory"):
         build_demo_library(bundled_run_db.db, [bundled_run_db.scripted], tmp_path / "busy")
     assert (tmp_path / "busy" / "mine.json").read_text() == "{}"
+    with pytest.raises(DemoBuildError, match="is not an earlier demo library"):
+        build_demo_library(bundled_run_db.db, [bundled_run_db.scripted], tmp_path / "busy", overwrite=True)
+    assert [p.name for p in (tmp_path / "busy").iterdir()] == ["mine.json"]
+    # An earlier library is what overwriting replaces.
+    first = build_demo_library(bundled_run_db.db, [bundled_run_db.scripted], tmp_path / "lib")
+    (tmp_path / "lib" / "stale.json").write_text("{}")
+    again = build_demo_library(bundled_run_db.db, [bundled_run_db.scripted], tmp_path / "lib", overwrite=True)
+    assert len(again.demos) == len(first.demos) and not (tmp_path / "lib" / "stale.json").exists()
 
 
 def test_cli_demos_build(bundled_run_db, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

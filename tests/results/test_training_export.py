@@ -182,6 +182,14 @@ def test_bad_inputs_name_what_is_wrong(bundled_run_db, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not an empty directory"):
         export_training(bundled_run_db.db, selection, "sft", tmp_path / "full")
     assert (tmp_path / "full" / "x").read_text() == "keep me"
+    with pytest.raises(ValueError, match="is not an earlier training export"):
+        export_training(bundled_run_db.db, selection, "sft", tmp_path / "full", overwrite=True)
+    assert [p.name for p in (tmp_path / "full").iterdir()] == ["x"]
+    # An earlier export is what overwriting replaces.
+    export_training(bundled_run_db.db, selection, "trajectories", tmp_path / "t", images="none")
+    (tmp_path / "t" / "stale.jsonl").write_text("")
+    export_training(bundled_run_db.db, selection, "trajectories", tmp_path / "t", images="none", overwrite=True)
+    assert (tmp_path / "t" / "manifest.json").is_file() and not (tmp_path / "t" / "stale.jsonl").exists()
     with pytest.raises(ValueError, match="unknown export format"):
         export_training(bundled_run_db.db, selection, "csv", tmp_path / "o")  # type: ignore[arg-type]
     with pytest.raises(UnknownRunError, match="unknown run 'nope'"):
