@@ -735,10 +735,10 @@ def write_html_report(
     """Write the run's self-contained HTML report to `out_path` and return its absolute path.
 
     StoreError naming the run when it is unknown; ReportError naming `out_path` when it is a
-    directory, another file than a report (never replaced), or cannot be written. The file is replaced atomically, so a reader never sees half
-    a report. Missing screenshot files are reported in the page, never an error. `metrics`, when
-    the caller has computed them already (compute_run_metrics with the same references), are used
-    as they are.
+    directory, a file other than a report (never replaced), or cannot be written. The file is
+    replaced atomically, so a reader never sees half a report. Missing screenshot files are
+    reported in the page, never an error. `metrics`, when the caller has computed them already
+    (compute_run_metrics with the same references), are used as they are.
     """
     out_path = Path(out_path).expanduser().resolve()
     if out_path.is_dir():
