@@ -55,7 +55,8 @@ def test_a_creation_the_client_sends_again_is_one_flow_run(prefect_server: None,
     from lossy_prefect_proxy import losing_first_creation
 
     config = SuiteRunConfig(run_id="resent-creation", db_path=tmp_path / "arena.duckdb", artifacts_dir=tmp_path / "art")
-    with losing_first_creation(str(PREFECT_API_URL.value())) as proxy, temporary_settings({PREFECT_API_URL: proxy.api_url}):
+    upstream = str(PREFECT_API_URL.value())
+    with losing_first_creation(upstream) as proxy, temporary_settings({PREFECT_API_URL: proxy.api_url}):
         created = evaluate_suite.create_arena_flow_run(config)
     assert len(proxy.creations) >= 2, proxy.creations  # the creation was sent again
     assert _runs_named(evaluate_suite.run_name(config)) == [created.id]

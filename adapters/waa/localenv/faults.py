@@ -38,6 +38,10 @@ class FaultSpecError(ValueError):
     """A fault description that cannot be used; the message names the field."""
 
 
+# The fields a fault's JSON description may have.
+_FIELDS = frozenset({"route", "status", "message", "count", "rate", "delay", "drop", "cut", "returncode"})
+
+
 @dataclass
 class Fault:
     """One injected fault and how often it has fired."""
@@ -58,7 +62,7 @@ class Fault:
         """A fault from its JSON description; FaultSpecError names the bad field."""
         if not isinstance(data, dict):
             raise FaultSpecError(f"faults[{index}] must be an object")
-        unknown = sorted(set(data) - {"route", "status", "message", "count", "rate", "delay", "drop", "cut", "returncode"})
+        unknown = sorted(set(data) - _FIELDS)
         if unknown:
             raise FaultSpecError(f"faults[{index}] has unknown field(s) {unknown}")
         route = data.get("route")
@@ -120,7 +124,8 @@ class Fault:
 
     def to_dict(self) -> dict[str, Any]:
         return {"route": self.route, "status": self.status, "message": self.message, "count": self.count,
-                "rate": self.rate, "delay": self.delay, "drop": self.drop, "cut": self.cut, "returncode": self.returncode,
+                "rate": self.rate, "delay": self.delay, "drop": self.drop, "cut": self.cut,
+                "returncode": self.returncode,
                 "hits": self.hits, "remaining": self.remaining()}
 
 
