@@ -33,7 +33,7 @@ READ_WAIT_SECONDS = 60.0
 
 @contextlib.contextmanager
 def results_connection(
-    source: ResultsSource, run_ids: Iterable[str] = (), *, with_steps: bool = False
+    source: ResultsSource, run_ids: Iterable[str] = (), *, with_steps: bool = False, private: bool = False
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-only DuckDB connection to the results in `source`, closed on exit.
 
@@ -42,6 +42,8 @@ def results_connection(
     sees everything committed so far by any process; holding it briefly keeps writers moving.
     For a PostgreSQL store the connection holds every `runs` row and the results of `run_ids`,
     and their steps when `with_steps` (`ResultStore.reading`): pass what the queries read.
+    A file's connection is `private` when its settings must reach no other connection of this
+    process (`connections.connect`).
     """
     if isinstance(source, ResultStore):
         with source.reading(run_ids, with_steps=with_steps) as conn:
@@ -58,7 +60,9 @@ def results_connection(
         raise StoreError(f"{path}: results database not found")
     with contextlib.ExitStack() as stack:
         try:
-            conn = stack.enter_context(connections.connect(path, read_only=True, wait_seconds=READ_WAIT_SECONDS))
+            conn = stack.enter_context(
+                connections.connect(path, read_only=True, wait_seconds=READ_WAIT_SECONDS, private=private)
+            )
         except connections.StoreBusyError as exc:
             raise StoreError(str(exc)) from exc
         except duckdb.Error as exc:

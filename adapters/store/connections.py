@@ -3,7 +3,7 @@
 DuckDB lets one process write a database file, or several processes read it, never both at
 once; a second process that opens it meets "Could not set lock on file". So nothing in this
 product holds the results file open: every operation connects, does its work and closes (a
-write of one task result, with its steps, costs about 30 ms; a report's read about 15 ms), and
+write of one task result, with five steps, costs about 30 ms of CPU; a run's read about 5 ms), and
 a connection that meets another process's lock waits and tries again. Any number of runs,
 reports and `arena sql` queries then share one file, each waiting at most for the others'
 short operations.
@@ -18,19 +18,30 @@ Other programs (a DuckDB shell) still meet DuckDB's own lock.
 The one thing that can hold the file for long is a person: a `duckdb results.duckdb` shell left
 open. Writers then wait (nothing is lost) and say, every `NOTICE_SECONDS`, which process holds
 the file, so the person can close it.
+
+Opening a DuckDB database builds its catalog of built-in functions: about 30 ms of CPU, on every
+connection, even in memory (measured with DuckDB 2.0.1; a default run makes about 30). So each
+process keeps one in-memory database and each connection attaches the file to it and detaches
+it on close (about 3 ms): the file is locked, read and written back exactly as by a connection
+of its own (the same locks, the same errors, no write-ahead log left behind), and the catalog is
+built once per process. Measured: a result's write 64 -> 29 ms of CPU, a run's read 29 -> 5 ms,
+and a default run's controller about 1.3 CPU-s less.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import logging
 import os
 import random
 import re
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -103,7 +114,9 @@ def _is_lock_conflict(error: duckdb.Error) -> bool:
 
 
 @contextlib.contextmanager
-def connect(path: Path, *, read_only: bool, wait_seconds: float | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+def connect(
+    path: Path, *, read_only: bool, wait_seconds: float | None = None, private: bool = False
+) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection to the DuckDB file `path`, opened when no other process's lock is in the
     way and closed on exit.
 
@@ -111,6 +124,10 @@ def connect(path: Path, *, read_only: bool, wait_seconds: float | None = None) -
     file; `wait_seconds=None` waits as long as it takes, logging a notice that names the holder
     every `NOTICE_SECONDS`. Raises `StoreBusyError` after `wait_seconds`, and `duckdb.Error`
     for any other failure to open.
+
+    The connection's unqualified names are the file's tables. `private` gives it a database of
+    its own instead of the process's shared one, for a connection whose settings must not reach
+    any other (`arena sql` turns off file access for good).
     """
     started = time.monotonic()
     next_notice = started + NOTICE_SECONDS
@@ -124,7 +141,7 @@ def connect(path: Path, *, read_only: bool, wait_seconds: float | None = None) -
                 holder = f"another process of this product (through {lock_file(path).name})"
             else:
                 try:
-                    conn = _open(path, read_only)
+                    conn = duckdb.connect(str(path), read_only=read_only) if private else _attach(path, read_only)
                     break
                 except BaseException as exc:
                     if not nested:
@@ -151,17 +168,86 @@ def connect(path: Path, *, read_only: bool, wait_seconds: float | None = None) -
         try:
             yield conn
         finally:
-            conn.close()
+            if private:
+                conn.close()
+            else:
+                _detach(path, conn)
             if not nested:
                 del _turns[path]
                 _end_turn(turn)
 
 
-def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+@dataclass
+class _Attachment:
+    """A results file attached to this process's database, and how many connections use it."""
+
+    alias: str
+    read_only: bool
+    users: int = 0
+
+
+_instance: tuple[int, duckdb.DuckDBPyConnection] | None = None  # (pid, this process's database)
+_instance_guard = threading.Lock()
+_attachments: dict[Path, _Attachment] = {}  # taken under the file's process lock
+_aliases = itertools.count()
+
+
+def _process_database() -> duckdb.DuckDBPyConnection:
+    """This process's in-memory DuckDB database, which results files are attached to."""
+    global _instance
+    with _instance_guard:
+        if _instance is None or _instance[0] != os.getpid():  # a forked child makes its own
+            # Large queries spill to the system's temporary folder, not to the working directory.
+            spill = os.path.join(tempfile.gettempdir(), f"arena-duckdb-{os.getpid()}")
+            _instance = (os.getpid(), duckdb.connect(":memory:", config={"temp_directory": spill}))
+        return _instance[1]
+
+
+def _attach(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """A connection whose unqualified names are the file `path`'s, attached for it (or shared
+    with this thread's open connection to it: a nested read joins a write)."""
+    database = _process_database()
+    attached = _attachments.get(path)
+    if attached is None:
+        attached = _Attachment(f"results_{next(_aliases)}", read_only)
+        control = database.cursor()
+        try:
+            # The path is a parameter: a quote in a folder's name stays part of the name.
+            control.execute(f"ATTACH ? AS {attached.alias}{' (READ_ONLY)' if read_only else ''}", [str(path)])
+        finally:
+            control.close()
+        _attachments[path] = attached
+    elif attached.read_only and not read_only:
+        raise duckdb.ConnectionException(f"{path}: this thread has the file open read-only and cannot write to it")
+    conn = database.cursor()
+    attached.users += 1
     try:
-        return duckdb.connect(str(path), read_only=read_only)
-    except duckdb.ConnectionException:
-        if not read_only:
-            raise
-        # This thread already has the file open for writing (a nested read): join it.
-        return duckdb.connect(str(path), read_only=False)
+        conn.execute(f"USE {attached.alias}")
+    except BaseException:
+        _detach(path, conn)
+        raise
+    return conn
+
+
+def second_cursor(conn: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """Another connection to the database `conn` reads, for a second query open beside its own
+    (DuckDB's `cursor()` starts in the process's database, not in the attached file)."""
+    (database,) = conn.execute("SELECT current_database()").fetchone()
+    cursor = conn.cursor()
+    cursor.execute(f'USE "{database.replace(chr(34), chr(34) * 2)}"')
+    return cursor
+
+
+def _detach(path: Path, conn: duckdb.DuckDBPyConnection) -> None:
+    """Close `conn`; the file is detached (written back, its lock released) with its last user."""
+    conn.close()
+    attached = _attachments[path]
+    attached.users -= 1
+    if attached.users:
+        return
+    del _attachments[path]
+    control = _process_database().cursor()
+    try:
+        control.execute(f"DETACH {attached.alias}")
+    finally:
+        control.close()

@@ -1016,7 +1016,7 @@ def _stored_version(conn: Any, where: str) -> int | None:
     than this code knows. The same SQL serves DuckDB and PostgreSQL."""
     exists = conn.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version' "
-        "AND table_schema = current_schema()"
+        "AND table_schema = current_schema() AND table_catalog = current_database()"
     ).fetchone()
     if not exists[0]:
         return None
@@ -1090,9 +1090,13 @@ def check_file_intact(conn: duckdb.DuckDBPyConnection, path: Path, where: str) -
     if key in _INTACT:
         return
     try:
-        block_size = conn.execute("SELECT block_size FROM pragma_database_size()").fetchone()[0]
+        # Both list every database attached to the process's (connections.py): this file's only.
+        block_size = conn.execute(
+            "SELECT block_size FROM pragma_database_size() WHERE database_name = current_database()"
+        ).fetchone()[0]
         highest = -1
-        for (table,) in conn.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall():
+        tables = "SELECT table_name FROM duckdb_tables() WHERE NOT temporary AND database_name = current_database()"
+        for (table,) in conn.execute(tables).fetchall():
             row = conn.execute(
                 "SELECT max(greatest(block_id, coalesce(list_max(additional_block_ids), -1))) "
                 f"FROM pragma_storage_info('{table}')"

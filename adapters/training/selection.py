@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from adapters.benchmark import OutcomeKind
 from adapters.results.source import ResultsSource, require_runs, results_connection, source_path
+from adapters.store import connections
 
 STEP_BATCH = 500  # steps fetched per round trip
 
@@ -143,7 +144,7 @@ def iter_episodes(source: ResultsSource, selection: EpisodeFilter, *, with_steps
             return
         wanted = {(row[0], row[1], row[3]) for row in episodes}
         base = _screenshot_base(source)
-        cursor = conn.cursor()
+        cursor = connections.second_cursor(conn)  # the steps stream while the episodes are read
         cursor.execute(
             "SELECT s.run_id, s.task_id, s.attempt, s.step_index, s.action, s.action_type, s.screenshot_path, "
             "s.window_title, s.reasoning, s.agent_seconds, s.env_seconds, s.error, s.observation_error, "

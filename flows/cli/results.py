@@ -71,9 +71,10 @@ def _sql(args: argparse.Namespace) -> int:
     if isinstance(args.db, str):  # the team store: the query runs on PostgreSQL, in its dialect
         answer = read_only_query(args.db, args.query)
     else:
-        with results_connection(args.db) as conn:
+        with results_connection(args.db, private=True) as conn:
             # The connection is read-only; this also forbids files: no COPY ... TO, read_csv,
-            # ATTACH or extensions, and the setting cannot be turned back on.
+            # ATTACH or extensions, and the setting cannot be turned back on (in a database of
+            # its own: the process's shared one attaches files).
             conn.execute("SET enable_external_access = false")
             conn.execute("SET lock_configuration = true")
             try:

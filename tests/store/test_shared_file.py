@@ -169,3 +169,33 @@ def test_a_connection_waits_its_turn_behind_another_process_of_the_product(tmp_p
         conn.execute("CREATE TABLE IF NOT EXISTS t (i INTEGER)")
         with connections.connect(db, read_only=True, wait_seconds=1) as nested:
             assert nested.execute("SELECT count(*) FROM t").fetchone() == (0,)
+
+
+def test_files_open_at_once_in_one_process_each_see_only_their_own_tables(tmp_path: Path) -> None:
+    """A process attaches every results file it opens to one DuckDB database of its own
+    (adapters/store/connections.py). A new store created while another file is open sees none
+    of that file's tables (it would take them for its own schema and never create its tables),
+    each connection reads its own file, and a folder whose name holds quotes is a name like any
+    other. Closed, a file is free for another process to write."""
+    from adapters.store import connections
+
+    older = tmp_path / "older.duckdb"
+    with ResultStore(older) as store:
+        store.start_run(RunInfo(run_id="old", agent="scripted", suite="s"))
+    folder = tmp_path / "it's \"new\"; DROP TABLE runs"
+    folder.mkdir()
+    newer = folder / "arena.duckdb"
+    duckdb.connect(str(newer)).close()  # an empty database: the store finds no schema and makes it
+    with connections.connect(older, read_only=True, wait_seconds=5) as held:
+        with ResultStore(newer) as store:
+            store.start_run(RunInfo(run_id="new", agent="scripted", suite="s"))
+            assert store.get_run("old") is None
+            assert store.get_run("new") is not None
+        assert held.execute("SELECT run_id FROM runs").fetchall() == [("old",)]
+    for path, run_id in ((older, "old"), (newer, "new")):
+        other = subprocess.run(
+            [sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1]); "
+             "print(c.execute('SELECT run_id FROM runs').fetchall()); c.execute('CHECKPOINT')", str(path)],
+            capture_output=True, text=True, timeout=60)
+        assert other.returncode == 0, other.stderr
+        assert other.stdout.strip() == f"[('{run_id}',)]"
