@@ -19,6 +19,7 @@ from typing import Any
 
 import duckdb
 import pytest
+from small_disk import fill, mounted_small_disk
 
 ROOT = Path(__file__).resolve().parents[2]
 # The runs that are broken and resumed select the notepad tasks (6 of the bundled 16): enough
@@ -218,28 +219,7 @@ def test_a_store_down_at_the_end_exits_6_with_one_line_and_resume_writes_the_spo
 @pytest.fixture()
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 96 MB file system of its own (tmpfs), as a results disk that can fill up."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", str(mount)], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
-
-
-def _fill(disk: Path) -> Path:
-    """Fill `disk` to the last byte; the file that does it."""
-    filler = disk / "filler"
-    with filler.open("wb", buffering=0) as out:  # unbuffered: nothing is left to fail at close
-        for size in (1 << 20, 4096, 1):
-            try:
-                while True:
-                    out.write(b"\0" * size)
-            except OSError:
-                pass
-    return filler
+    yield from mounted_small_disk(tmp_path)
 
 
 def test_a_full_disk_mid_run_loses_no_result_and_leaves_no_empty_screenshot(tmp_path: Path, small_disk: Path) -> None:
@@ -247,7 +227,7 @@ def test_a_full_disk_mid_run_loses_no_result_and_leaves_no_empty_screenshot(tmp_
     proc = _start(tmp_path, "full", "--quirks", "--pool-size", "2", *NOTEPAD, "--db", str(db), artifacts=artifacts)
     try:
         _wait("two recorded attempts", lambda: _recorded(artifacts / "full" / "progress.json") >= 2, 180, proc)
-        filler = _fill(small_disk)
+        filler = fill(small_disk)
         time.sleep(15)  # results finish meanwhile: neither the store nor the spool can take them
         filler.unlink()
         out, err = _finish(proc)

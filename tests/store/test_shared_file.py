@@ -9,10 +9,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 import pytest
+from small_disk import fill, mounted_small_disk
 
 from adapters.results.metrics import compute_run_metrics
 from adapters.store import ResultStore, RunInfo
@@ -199,3 +201,32 @@ def test_files_open_at_once_in_one_process_each_see_only_their_own_tables(tmp_pa
             capture_output=True, text=True, timeout=60)
         assert other.returncode == 0, other.stderr
         assert other.stdout.strip() == f"[('{run_id}',)]"
+
+
+@pytest.fixture()
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 32 MB file system of its own (tmpfs) that the test fills."""
+    yield from mounted_small_disk(tmp_path, 32)
+
+
+def test_a_write_stands_when_the_disk_is_full_as_its_connection_closes(small_disk: Path) -> None:
+    """A write is committed to DuckDB's write-ahead log; closing the connection writes the log back
+    into the file. When that fails on a full disk the write still stands, so closing is no error
+    (an error would have the caller store the result again): the log stays beside the file, the
+    next open replays it, and the file is free for another process."""
+    from adapters.store import connections
+
+    db = small_disk / "arena.duckdb"
+    with connections.connect(db, read_only=False) as conn:
+        conn.execute("CREATE TABLE t (a VARCHAR)")
+    with connections.connect(db, read_only=False) as conn:
+        conn.execute("INSERT INTO t SELECT 'row ' || i FROM range(20000) r(i)")
+        filler = fill(small_disk)
+    assert Path(f"{db}.wal").exists()
+    filler.unlink()
+    other = subprocess.run(
+        [sys.executable, "-c", "import duckdb, sys; print(duckdb.connect(sys.argv[1]).execute("
+         "'SELECT count(*) FROM t').fetchone()[0])", str(db)],
+        capture_output=True, text=True, timeout=60)
+    assert other.returncode == 0, other.stderr
+    assert other.stdout.strip() == "20000"
