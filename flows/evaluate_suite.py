@@ -409,7 +409,7 @@ def create_arena_flow_run(config: SuiteRunConfig) -> Any:
     token makes a resume of the same run id a new flow run, not the earlier one again."""
     with get_client(sync_client=True) as client:
         return client.create_flow_run_from_deployment(
-            _arena_run_deployment(), parameters={"config": config.model_dump(mode="json")},
+            _arena_run_deployment(client), parameters={"config": config.model_dump(mode="json")},
             tags=run_tags(config), name=run_name(config),
             idempotency_key=f"{ARENA_RUN_DEPLOYMENT}/{config.run_id}/{uuid.uuid4().hex}",
         )
@@ -430,22 +430,22 @@ _ARENA_RUN_DESCRIPTION = ("Runs started by `arena run` (executed in that process
                           "and it is paused). Start runs with `arena run`, not from here.")
 
 
-def _arena_run_deployment() -> Any:
-    """The id of `evaluate-suite/arena-run` on the current Prefect server, registered when it is
-    missing or not as this code would register it."""
+def _arena_run_deployment(client: Any) -> Any:
+    """The id of `evaluate-suite/arena-run` on the current Prefect server (read with `client`, a
+    sync Prefect client), registered when it is missing or not as this code would register it."""
     from prefect.settings import PREFECT_API_URL
 
     server = str(PREFECT_API_URL.value())
     if server not in _deployments:
         version = code_revision() or evaluate_suite.version
-        _deployments[server] = _current_arena_run_deployment(version) or evaluate_suite.to_deployment(
+        _deployments[server] = _current_arena_run_deployment(client, version) or evaluate_suite.to_deployment(
             name=ARENA_RUN_DEPLOYMENT, version=version, paused=True, tags=_ARENA_RUN_TAGS,
             description=_ARENA_RUN_DESCRIPTION,
         ).apply()
     return _deployments[server]
 
 
-def _current_arena_run_deployment(version: str) -> Any:
+def _current_arena_run_deployment(client: Any, version: str) -> Any:
     """The registered deployment's id when it is what `to_deployment(...).apply()` would make of
     this code (its `version`: the git revision, else Prefect's hash of the flow's source, given
     explicitly because Prefect's own choice depends on the folder it runs in; its parameters'
@@ -455,11 +455,10 @@ def _current_arena_run_deployment(version: str) -> Any:
     from prefect.exceptions import ObjectNotFound
     from prefect.utilities.callables import parameter_schema
 
-    with get_client(sync_client=True) as client:
-        try:
-            found = client.read_deployment_by_name(f"{evaluate_suite.name}/{ARENA_RUN_DEPLOYMENT}")
-        except ObjectNotFound:
-            return None
+    try:
+        found = client.read_deployment_by_name(f"{evaluate_suite.name}/{ARENA_RUN_DEPLOYMENT}")
+    except ObjectNotFound:
+        return None
     wanted_schema = parameter_schema(evaluate_suite).model_dump(exclude_unset=True)
     current = (found.version == version and found.paused and sorted(found.tags) == _ARENA_RUN_TAGS
                and found.description == _ARENA_RUN_DESCRIPTION and found.parameter_openapi_schema == wanted_schema)

@@ -233,8 +233,9 @@ def second_cursor(conn: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     """Another connection to the database `conn` reads, for a second query open beside its own
     (DuckDB's `cursor()` starts in the process's database, not in the attached file)."""
     (database,) = conn.execute("SELECT current_database()").fetchone()
+    quoted = database.replace('"', '""')
     cursor = conn.cursor()
-    cursor.execute(f'USE "{database.replace(chr(34), chr(34) * 2)}"')
+    cursor.execute(f'USE "{quoted}"')
     return cursor
 
 

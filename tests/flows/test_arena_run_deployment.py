@@ -19,7 +19,8 @@ from flows.run_config import SuiteRunConfig
 def _fresh_lookup() -> str:
     """The deployment's id as a new `arena run` process finds it (no id remembered)."""
     evaluate_suite._deployments.clear()
-    return evaluate_suite._arena_run_deployment()
+    with get_client(sync_client=True) as client:
+        return evaluate_suite._arena_run_deployment(client)
 
 
 def test_the_arena_run_deployment_is_registered_once_and_again_only_when_it_changed(prefect_server: None) -> None:
