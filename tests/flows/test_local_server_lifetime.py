@@ -375,3 +375,39 @@ def test_the_server_is_held_until_the_runs_background_bookkeeping_ends(tmp_path:
     assert done.stdout.splitlines() == ["run ended", "late call reached the server"], done.stdout + done.stderr[-3000:]
     assert "the failing call failed" in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert "the late call failed" not in done.stderr
+
+
+CA_FILE_IN_USE = """
+import os
+from prefect.client.orchestration import get_client
+from prefect.settings import PREFECT_API_SSL_CERT_FILE
+from flows.local_server import configured_or_shared_api
+
+with configured_or_shared_api() as server:
+    print(server.api_url.split(":")[0], os.environ["PREFECT_API_SSL_CERT_FILE"], PREFECT_API_SSL_CERT_FILE.value())
+    with get_client(sync_client=True) as client:
+        print("healthcheck error:", client.api_healthcheck(), flush=True)
+print(os.environ["PREFECT_API_SSL_CERT_FILE"], PREFECT_API_SSL_CERT_FILE.value(), flush=True)
+"""
+
+
+def test_clients_of_the_plain_http_local_server_load_its_one_certificate_ca_file(tmp_path: Path, database: str) -> None:
+    """Prefect clients load a CA file even for an http:// API: against the local server they load
+    flows/plain_http_ca.pem (one certificate, no key), not certifi's bundle, and the operator's
+    own setting is back afterwards. A user's CA file that does not exist proves which one a
+    client loaded: loading it fails."""
+    import ssl
+
+    from flows.local_server import PLAIN_HTTP_CA_FILE
+
+    assert ssl.create_default_context(cafile=str(PLAIN_HTTP_CA_FILE)).cert_store_stats()["x509_ca"] == 1
+    assert "PRIVATE KEY" not in PLAIN_HTTP_CA_FILE.read_text()
+    home = tmp_path / "prefect"
+    users_ca = str(tmp_path / "no-such-ca.pem")
+    env = {**_env(home, "1"), "PREFECT_SERVER_DATABASE_CONNECTION_URL": database, "PYTHONPATH": str(ROOT),
+           "PREFECT_API_SSL_CERT_FILE": users_ca}
+    done = subprocess.run([sys.executable, "-c", CA_FILE_IN_USE], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [f"http {PLAIN_HTTP_CA_FILE} {PLAIN_HTTP_CA_FILE}", "healthcheck error: None",
+                                        f"{users_ca} {users_ca}"], done.stdout + done.stderr[-3000:]
