@@ -150,10 +150,8 @@ class AWSImageBuilder(ImageBuilder):
     def _base_image(self) -> str:
         if self.spec.base_image:
             return self.spec.base_image
-        import boto3
-
-        ssm = (self._session or boto3.Session()).client("ssm", region_name=self.settings.region,
-                                                        endpoint_url=self.settings.endpoint_url)
+        ssm = self._provider.session.client("ssm", region_name=self.settings.region,
+                                            endpoint_url=self.settings.endpoint_url)
         try:
             return str(ssm.get_parameter(Name=UBUNTU_SSM_PARAMETER)["Parameter"]["Value"])
         except _aws_errors() as exc:

@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from adapters.vms.aws_sessions import new_session
 from adapters.vms.base import (
     TAG_EXPIRES_AT,
     TAG_MANAGED,
@@ -234,7 +235,6 @@ class AWSProvider(VMProvider):
         ssh_address_for: Callable[[VMHandle], tuple[str, int]] | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc),
     ) -> None:
-        import boto3
         from botocore.config import Config
 
         if not run_id:
@@ -246,7 +246,7 @@ class AWSProvider(VMProvider):
         self._qmp_address_for = qmp_address_for
         self._ssh_address_for = ssh_address_for  # test hook: where the tunnel's ssh connects
         self._tunnels: TunnelManager | None = None  # access="tunnel": created with the first tunnel
-        self._session = session or boto3.Session()
+        self._session = session or new_session()
         config = Config(
             region_name=settings.region,
             # total_max_attempts counts the first call too (botocore's "max_attempts" would not).
@@ -262,6 +262,11 @@ class AWSProvider(VMProvider):
         self.reset_timings: list[ResetTiming] = []
 
     # -- helpers -----------------------------------------------------------------------------
+
+    @property
+    def session(self) -> Any:
+        """The boto3 session this provider's clients come from (the one passed in, or its own)."""
+        return self._session
 
     def tags(self) -> ResourceTags:
         """The ownership tags of anything created now (expiry = now + ttl_hours)."""

@@ -123,7 +123,7 @@ def aws_checks(provider: Any, pool_size: int) -> list[Check]:
 
 def _aws_client(provider: Any, service: str) -> Any:
     s = provider.settings
-    return provider._session.client(service, region_name=s.region, endpoint_url=s.endpoint_url)
+    return provider.session.client(service, region_name=s.region, endpoint_url=s.endpoint_url)
 
 
 def _aws_identity(provider: Any) -> Check:
