@@ -68,7 +68,7 @@ _CHECK_SECONDS = 1.0
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # The CA file of Prefect clients of the local server (PREFECT_API_SSL_CERT_FILE): the server speaks
 # plain http, yet each client loads a CA file up front, and this one-certificate file costs under
-# 1 ms where certifi's bundle costs about 40 (the file says more).
+# 1 ms where the default bundle costs 30-40 (the file says more).
 PLAIN_HTTP_CA_FILE = Path(__file__).with_name("plain_http_ca.pem")
 
 
