@@ -80,7 +80,6 @@ class AWSImageBuilder(ImageBuilder):
         self.settings = settings
         # The product's provider for this build's run id: its client, tags, janitor listing and deletes.
         self._provider = AWSProvider(settings, spec.run_id, session=session, clock=clock)
-        self._session = session
         self.ec2 = self._provider.ec2
 
     # -- names and lookups ----------------------------------------------------------------------
@@ -390,7 +389,7 @@ class AWSImageBuilder(ImageBuilder):
             "instance_types": [self.spec.size], "ready_timeout": self.spec.verify_timeout,
             "root_volume_gb": None, "delete_on_failed_create": True,
         })
-        return AWSProvider(settings, self.spec.verify_run_id, session=self._session, clock=self._clock,
+        return AWSProvider(settings, self.spec.verify_run_id, session=self._provider.session, clock=self._clock,
                            waa_url_for=self._verify_waa_url_for)
 
     def verify(self) -> str:
