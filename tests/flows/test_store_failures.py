@@ -5,6 +5,7 @@ two controllers with one run id, and a controller killed with SIGKILL."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -48,12 +49,16 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def _start(tmp_path: Path, run_id: str, *args: str, env: dict[str, str] | None = None,
-           artifacts: Path | None = None) -> subprocess.Popen[str]:
+           artifacts: Path | None = None, err_log: Path | None = None) -> subprocess.Popen[str]:
+    """`arena run` in the background; its stderr into `err_log` when given (to be watched while
+    it runs), else a pipe that `_finish` reads."""
     artifacts = artifacts or tmp_path / "art"
-    return subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "run", "--run-id", run_id, "--artifacts", str(artifacts), *args],
-        cwd=ROOT, env=env or _env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    with contextlib.ExitStack() as files:
+        stderr = files.enter_context(err_log.open("w")) if err_log is not None else subprocess.PIPE
+        return subprocess.Popen(
+            [sys.executable, "-m", "flows.cli", "run", "--run-id", run_id, "--artifacts", str(artifacts), *args],
+            cwd=ROOT, env=env or _env(tmp_path), stdout=subprocess.PIPE, stderr=stderr, text=True,
+        )
 
 
 def _recorded(progress: Path) -> int:
@@ -71,7 +76,7 @@ def _wait(what: str, check: Any, timeout: float, proc: subprocess.Popen[str] | N
             return value
         if proc is not None and proc.poll() is not None:
             out, err = proc.communicate()
-            raise AssertionError(f"the run ended (exit {proc.returncode}) before {what}:\n{out[-2000:]}\n{err[-3000:]}")
+            raise AssertionError(f"the run ended (exit {proc.returncode}) before {what}:\n{out[-2000:]}\n{(err or '')[-3000:]}")
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
 
@@ -163,7 +168,8 @@ def _team_results(url: str, run_id: str) -> dict[str, str]:
 def test_a_postgresql_outage_mid_run_loses_no_result_and_the_run_completes(tmp_path: Path, pg: Any) -> None:
     store, password = _bare(pg.url)
     env = _env(tmp_path, PGPASSWORD=password)
-    proc = _start(tmp_path, "outage", "--quirks", "--pool-size", "2", *NOTEPAD, "--db", store, env=env)
+    err_log = tmp_path / "outage.err"
+    proc = _start(tmp_path, "outage", "--quirks", "--pool-size", "2", *NOTEPAD, "--db", store, env=env, err_log=err_log)
     try:
         _wait("two recorded attempts", lambda: _recorded(tmp_path / "art" / "outage" / "progress.json") >= 2, 180, proc)
         pg.stop()
@@ -172,18 +178,18 @@ def test_a_postgresql_outage_mid_run_loses_no_result_and_the_run_completes(tmp_p
         spool = tmp_path / "art" / "outage" / "spool"
         spooled = _wait("a pool's worth of results in the spool", lambda: len(list(spool.glob("*.json"))) >= 2 and
                         list(spool.glob("*.json")), 120, proc)
-        time.sleep(2)  # the run's notice of the wait goes out with its next check (each second)
+        _wait("the run's notice that it waits for the store", lambda: "wait for the store" in err_log.read_text(), 60, proc)
         pg.start()
-        out, err = _finish(proc)
+        _finish(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
+    err = err_log.read_text()
     assert proc.returncode == 0, err[-4000:]
     assert spooled, "results finished during the outage were spooled"
     results = _team_results(pg.url, "outage")
     assert len(results) == NOTEPAD_TASKS and set(results.values()) == {"success"}
     assert not list((tmp_path / "art" / "outage" / "spool").glob("*.json"))  # all written, spool empty
-    assert "wait for the store" in err
 
 
 def test_a_store_down_at_the_end_exits_6_with_one_line_and_resume_writes_the_spool(tmp_path: Path, pg: Any) -> None:
@@ -224,16 +230,21 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 def test_a_full_disk_mid_run_loses_no_result_and_leaves_no_empty_screenshot(tmp_path: Path, small_disk: Path) -> None:
     db, artifacts = small_disk / "arena.duckdb", small_disk / "art"
-    proc = _start(tmp_path, "full", "--quirks", "--pool-size", "2", *NOTEPAD, "--db", str(db), artifacts=artifacts)
+    err_log = tmp_path / "full.err"  # not on the small disk: it must take the run's output meanwhile
+    proc = _start(tmp_path, "full", "--quirks", "--pool-size", "2", *NOTEPAD, "--db", str(db), artifacts=artifacts,
+                  err_log=err_log)
     try:
         _wait("two recorded attempts", lambda: _recorded(artifacts / "full" / "progress.json") >= 2, 180, proc)
         filler = fill(small_disk)
-        time.sleep(15)  # results finish meanwhile: neither the store nor the spool can take them
+        # Results finish meanwhile; neither the store nor the spool can take them, and once a
+        # pool's worth (2) waits, the run says so and starts no new task.
+        _wait("the run's notice that it waits for the store", lambda: "wait for the store" in err_log.read_text(), 120, proc)
         filler.unlink()
-        out, err = _finish(proc)
+        _finish(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
+    err = err_log.read_text()
     assert proc.returncode == 0, err[-4000:]
     results = _final_results(db, "full")
     assert len(results) == NOTEPAD_TASKS, results
