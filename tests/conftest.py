@@ -43,15 +43,18 @@ SHARED_TASKS = Path(__file__).resolve().parents[2] / "shared" / "waa-tasks"
 
 # Real-process scenarios (whole `arena run`s killed, cut off, run side by side; servers stopped and
 # started; real QEMU): most of the suite's time. They carry the `scenario` mark, so a quick
-# development pass can leave them out: pytest -m "not scenario" (README, "Developing").
+# development pass can leave them out: pytest -m "not scenario" (README, "Developing"). Each with
+# the seconds its tests took together in a whole-suite run here (2 cores, 4 workers), which only
+# orders the suite (tests/longest_first.py): a stale figure costs time, never a test.
 SCENARIO_MODULES = {
-    "tests/deployments/test_operations_server.py", "tests/deployments/test_prefect_states_server.py",
-    "tests/deployments/test_prefect_auth_server.py", "tests/deployments/test_shards_server.py",
-    "tests/deployments/test_deployments_server.py",
-    "tests/flows/test_store_failures.py", "tests/flows/test_concurrent_runs.py", "tests/flows/test_faults.py",
-    "tests/flows/test_truthful_runs.py", "tests/flows/test_local_server_lifetime.py", "tests/flows/test_cli.py",
-    "tests/store/test_team_store.py", "tests/vms/test_kvm.py", "tests/vms/test_kvm_runs.py",
-    "tests/results/test_demos_from_run.py", "tests/waa/test_setup_coverage.py",
+    "tests/flows/test_store_failures.py": 310, "tests/deployments/test_shards_server.py": 265,
+    "tests/deployments/test_operations_server.py": 255, "tests/flows/test_local_server_lifetime.py": 155,
+    "tests/store/test_team_store.py": 125, "tests/flows/test_cli.py": 125,
+    "tests/deployments/test_prefect_states_server.py": 120, "tests/deployments/test_deployments_server.py": 115,
+    "tests/flows/test_truthful_runs.py": 95, "tests/flows/test_concurrent_runs.py": 85,
+    "tests/vms/test_kvm.py": 80, "tests/flows/test_faults.py": 80, "tests/vms/test_kvm_runs.py": 70,
+    "tests/waa/test_setup_coverage.py": 55, "tests/results/test_demos_from_run.py": 15,
+    "tests/deployments/test_prefect_auth_server.py": 15,
 }
 
 
@@ -64,12 +67,32 @@ SERVER_FIXTURES = {"prefect_server", "sim", "waa_sim", "readme_queries_db"}
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the tests of the scenario modules (see SCENARIO_MODULES) and the tests that use a
     server fixture (SERVER_FIXTURES)."""
-    root = Path(__file__).resolve().parents[1]
     for item in items:
-        if item.path.resolve().relative_to(root).as_posix() in SCENARIO_MODULES:
+        if _module(item) in SCENARIO_MODULES:
             item.add_marker(pytest.mark.scenario)
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.servers)
+
+
+def _module(item: pytest.Item) -> str:
+    """The test's module as a path from the project's root (tests/...)."""
+    return item.path.resolve().relative_to(Path(__file__).resolve().parents[1]).as_posix()
+
+
+class _LongestFirst:
+    """Orders the collected tests for xdist's workers (tests/longest_first.py), after `-m` and
+    `-k` have deselected theirs: the slices xdist cuts are of the tests that run."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        from longest_first import longest_first
+
+        workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+        items[:] = longest_first(items, _module, workers, SCENARIO_MODULES)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_LongestFirst(), "arena-longest-first")
 
 
 @pytest.fixture(scope="session", autouse=True)
