@@ -56,6 +56,15 @@ SCENARIO_MODULES = {
     "tests/waa/test_setup_coverage.py": 55, "tests/results/test_demos_from_run.py": 15,
     "tests/deployments/test_prefect_auth_server.py": 15,
 }
+# Other modules with a test of 20 s or more (whole in-process runs), measured likewise: ordered
+# with the scenarios so that none of them is left to run alone at the end.
+LONG_MODULES = {
+    **SCENARIO_MODULES,
+    "tests/waa/test_evaluate_endpoint.py": 50, "tests/flows/test_trials_run.py": 50,
+    "tests/flows/test_flow_e2e.py": 45, "tests/results/test_report.py": 45,
+    "tests/results/test_trials_statistics.py": 45, "tests/vms/test_cloud_pipeline.py": 40,
+    "tests/flows/test_adaptive_model_update.py": 25, "tests/agents/test_agents_pipeline.py": 20,
+}
 
 
 # Tests that use a Prefect test server or a WAA simulation (these fixtures) carry the `servers`
@@ -88,7 +97,7 @@ class _LongestFirst:
         from longest_first import longest_first
 
         workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
-        items[:] = longest_first(items, _module, workers, SCENARIO_MODULES)
+        items[:] = longest_first(items, _module, workers, LONG_MODULES)
 
 
 def pytest_configure(config: pytest.Config) -> None:
