@@ -73,6 +73,11 @@ LONG_MODULES = {
 SERVER_FIXTURES = {"prefect_server", "sim", "waa_sim", "readme_queries_db"}
 
 
+def _module(item: pytest.Item) -> str:
+    """The test's module as a path from the project's root (tests/...)."""
+    return item.path.resolve().relative_to(Path(__file__).resolve().parents[1]).as_posix()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the tests of the scenario modules (see SCENARIO_MODULES) and the tests that use a
     server fixture (SERVER_FIXTURES)."""
@@ -81,11 +86,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.scenario)
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.servers)
-
-
-def _module(item: pytest.Item) -> str:
-    """The test's module as a path from the project's root (tests/...)."""
-    return item.path.resolve().relative_to(Path(__file__).resolve().parents[1]).as_posix()
 
 
 class _LongestFirst:
@@ -101,6 +101,7 @@ class _LongestFirst:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Register the suite's ordering for xdist (`_LongestFirst`)."""
     config.pluginmanager.register(_LongestFirst(), "arena-longest-first")
 
 
