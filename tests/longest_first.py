@@ -48,7 +48,7 @@ def longest_first(items: Sequence[Item], module_of: Callable[[Item], str], worke
     seconds = [0.0] * workers
     for module in long_modules:
         tests = modules[module]
-        fits = [i for i in range(workers) if sizes[i] - len(slices[i]) >= len(tests)] or range(workers)
+        fits = [i for i in range(workers) if sizes[i] - len(slices[i]) >= len(tests)] or list(range(workers))
         chosen = min(fits, key=lambda i: (seconds[i], i))
         slices[chosen].extend(tests)
         seconds[chosen] += module_seconds[module]
