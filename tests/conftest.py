@@ -20,7 +20,12 @@ atexit.register(shutil.rmtree, _PREFECT_HOME, ignore_errors=True)
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+# No test falls back on Prefect's temporary server: Prefect starts one (a server process, and
+# its event worker then sends there for the rest of the test process) in a test that uses its
+# API where none is configured. A test that uses the API asks for `prefect_server` (or runs on a
+# server of its own); one that does not fails with "No Prefect API URL provided" whenever no
+# earlier test in its process has started that server, as in `pytest -m "not servers"`.
+os.environ["PREFECT_SERVER_EPHEMERAL_ENABLED"] = "false"
 # A local Prefect server that `arena run` starts stops 5 s after its last run, not 5 minutes.
 os.environ.setdefault("ARENA_LOCAL_SERVER_IDLE_SECONDS", "5")
 # The tests' file and web servers on 127.0.0.1 stand in for the public web that task downloads,
@@ -125,6 +130,10 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     handle.stop()
 
 
+# The API URL of this test process's Prefect server while it runs (`prefect_server`).
+_session_api: list[str] = []
+
+
 @pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One Prefect server for every flow test of the test process: the local server's app, as
@@ -135,8 +144,60 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     from bench.prefect_server import server_for_this_process
 
     folder = tmp_path_factory.mktemp("prefect-server")
-    with server_for_this_process(seeded_home(folder / "home"), folder / "server.log"):
-        yield
+    with server_for_this_process(seeded_home(folder / "home"), folder / "server.log") as api_url:
+        _session_api.append(api_url)
+        try:
+            yield
+        finally:
+            _session_api.clear()
+
+
+@pytest.fixture(autouse=True)
+def _prefect_events_go_to_the_session_server() -> Iterator[None]:
+    """Fails the test that leaves Prefect's event worker sending anywhere but this process's
+    Prefect server (`prefect_server`), and ends that worker.
+
+    The worker keeps the server it first sent to, for the whole process (bench/prefect_server.py
+    `end_background_work`). A test that runs flows in-process on another server (a proxy, a
+    module's own server) without `api_for_this_block` left it there: the next test of the process
+    that read its task runs from its own server, whichever that was in the order, found none.
+    Checked here, the failure names the test that did it."""
+    yield
+    import sys
+
+    if "prefect.events.worker" not in sys.modules:  # no Prefect run in this process yet
+        return
+    from urllib.parse import urlsplit
+
+    from prefect.events.worker import EventsWorker
+
+    expected = {urlsplit(url).netloc for url in _session_api}
+    elsewhere = sorted(
+        url for url in (_events_destination(worker) for worker in list(EventsWorker._instances.values())
+                        if isinstance(worker, EventsWorker) and not worker._stopped)
+        if url is not None and urlsplit(url).netloc not in expected
+    )
+    if elsewhere:
+        from bench.prefect_server import end_background_work
+
+        end_background_work()
+        pytest.fail(f"the test left Prefect's event worker sending to {', '.join(elsewhere)}, not to this process's "
+                    "Prefect server: run flows on another server inside bench.prefect_server.api_for_this_block",
+                    pytrace=False)
+
+
+def _events_destination(worker: Any) -> str | None:
+    """Where a running Prefect event worker sends (its client's websocket URL), None while it starts."""
+    from prefect.events.clients import PrefectEventsClient
+
+    client = getattr(worker, "_client", None)
+    if not isinstance(client, PrefectEventsClient):  # starting, or a client that sends nowhere
+        return None
+    url = getattr(client, "_events_socket_url", None)
+    if not isinstance(url, str):
+        raise RuntimeError(f"Prefect's event client {type(client).__name__} no longer names its websocket URL "
+                           "(_events_socket_url): update tests/conftest.py's check to this Prefect version")
+    return url
 
 
 @pytest.fixture(scope="session")

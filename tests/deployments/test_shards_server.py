@@ -223,13 +223,13 @@ def _config(cluster: dict[str, Any], run_id: str, task_ids: list[str]) -> Any:
 
 
 def _run_controller(cluster: dict[str, Any], config: Any) -> Any:
-    from prefect.settings import PREFECT_API_URL, PREFECT_LOGGING_TO_API_ENABLED, temporary_settings
+    from prefect.settings import PREFECT_LOGGING_TO_API_ENABLED, temporary_settings
 
+    from bench.prefect_server import api_for_this_block
     from flows.evaluate_suite import run_suite
 
-    # Logs stay in this process: sent to the API they would still be in flight when the module's
-    # server stops ("Error logging to API" at exit).
-    with temporary_settings({PREFECT_API_URL: cluster["api_url"], PREFECT_LOGGING_TO_API_ENABLED: False}):
+    # Logs stay in this process: the test reads none of them from the server.
+    with api_for_this_block(cluster["api_url"]), temporary_settings({PREFECT_LOGGING_TO_API_ENABLED: False}):
         return run_suite(config)
 
 
@@ -400,9 +400,9 @@ def test_a_shard_whose_creation_the_client_sends_twice_is_one_flow_run(cluster: 
     run of that shard, which a worker ran too (seen as a third shard run in the crashed-shard
     test). The creation's idempotency key makes the server hand back the run it already made."""
     from prefect.client.schemas.actions import WorkPoolUpdate
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
+    from bench.prefect_server import api_for_this_block
     from flows.budget import RunBudget
     from flows.shard import shard_budget_limits, split_into_shards, start_shards
 
@@ -414,7 +414,7 @@ def test_a_shard_whose_creation_the_client_sends_twice_is_one_flow_run(cluster: 
     with _client(cluster) as client:  # the workers leave the shards alone: only their creation matters
         client.update_work_pool(POOL, WorkPoolUpdate(is_paused=True))
     try:
-        with losing_first_creation(cluster["api_url"]) as proxy, temporary_settings({PREFECT_API_URL: proxy.api_url}):
+        with losing_first_creation(cluster["api_url"]) as proxy, api_for_this_block(proxy.api_url):
             created = list(start_shards(config, run_id, groups, catalog.content_hash(), {}, {t: 1 for t in TASKS[:2]},
                                         limits))
         runs = _shard_runs(cluster, run_id)

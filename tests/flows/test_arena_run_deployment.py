@@ -9,7 +9,7 @@ from uuid import UUID
 
 from prefect import get_client
 from prefect.client.schemas.actions import DeploymentUpdate
-from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.settings import PREFECT_API_URL
 
 import flows.evaluate_suite as evaluate_suite
 from flows.provenance import code_revision
@@ -53,11 +53,12 @@ def test_a_creation_the_client_sends_again_is_one_flow_run(prefect_server: None,
     answering after the client's timeout). Without an idempotency key the server made a second
     flow run of the same `arena run`, which nothing executes: a ghost left Scheduled in the UI
     beside the real run. A resume of the same run id is still a new flow run."""
+    from bench.prefect_server import api_for_this_block
     from lossy_prefect_proxy import losing_first_creation
 
     config = SuiteRunConfig(run_id="resent-creation", db_path=tmp_path / "arena.duckdb", artifacts_dir=tmp_path / "art")
     upstream = str(PREFECT_API_URL.value())
-    with losing_first_creation(upstream) as proxy, temporary_settings({PREFECT_API_URL: proxy.api_url}):
+    with losing_first_creation(upstream) as proxy, api_for_this_block(proxy.api_url):
         created = evaluate_suite.create_arena_flow_run(config)
     assert len(proxy.creations) >= 2, proxy.creations  # the creation was sent again
     assert _runs_named(evaluate_suite.run_name(config)) == [created.id]

@@ -168,8 +168,9 @@ def test_a_lost_answer_to_the_runs_final_state_still_gives_its_outcome(prefect_s
     import json
 
     from prefect import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import PREFECT_API_URL
 
+    from bench.prefect_server import api_for_this_block
     from flows.evaluate_suite import run_suite
     from flows.run_config import SuiteRunConfig
     from lossy_proxy import lossy_proxy
@@ -180,8 +181,7 @@ def test_a_lost_answer_to_the_runs_final_state_still_gives_its_outcome(prefect_s
         return json.loads(body or b"{}").get("state", {}).get("type") == "COMPLETED"
 
     server = str(PREFECT_API_URL.value())
-    with lossy_proxy(server.removesuffix("/api"), final_state) as proxy, \
-            temporary_settings({PREFECT_API_URL: f"{proxy.url}/api"}):
+    with lossy_proxy(server.removesuffix("/api"), final_state) as proxy, api_for_this_block(f"{proxy.url}/api"):
         outcome = run_suite(SuiteRunConfig(agent="scripted", pool_size=2, domains=["notepad"], run_id="e2e-lost-answer",
                                            db_path=tmp_path / "arena.duckdb", artifacts_dir=tmp_path / "a"))
     assert len(proxy.lost) == 1, proxy.lost  # the answer was lost, and only that one

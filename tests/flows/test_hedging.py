@@ -190,7 +190,7 @@ def test_without_hedging_the_lane_retires_and_no_copy_runs() -> None:
     assert sorted((t, n) for t, n, _ in plan.ran) == [("long", 1), ("short", 1)]
 
 
-def test_a_stopped_copy_on_the_simulation_ends_at_once_with_its_vm_sound(tmp_path: Path) -> None:
+def test_a_stopped_copy_on_the_simulation_ends_at_once_with_its_vm_sound(prefect_server: None, tmp_path: Path) -> None:
     """The real attempt: a copy whose stop is set ends before touching the VM, and one stopped
     during its episode ends before the next step; neither marks the VM for replacement."""
     provider = LocalSimulationProvider(tmp_path / "vms")
