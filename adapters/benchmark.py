@@ -16,38 +16,12 @@ from typing import Any, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+# Part of the schema, defined apart so that command lines list the kinds without pydantic.
+from adapters.outcome_kind import UNSOUND_OUTCOMES as UNSOUND_OUTCOMES
+from adapters.outcome_kind import OutcomeKind as OutcomeKind
+
 BBox = tuple[int, int, int, int]
 """A screen rectangle in pixels: (left, top, right, bottom)."""
-
-
-class OutcomeKind(str, enum.Enum):
-    """How a task ended. Exactly one per stored result (DESIGN.md, "Errors and results")."""
-
-    SUCCESS = "success"
-    AGENT_FAILURE = "agent_failure"
-    SETUP_FAILURE = "setup_failure"
-    EVALUATION_ERROR = "evaluation_error"
-    INFRASTRUCTURE_ERROR = "infrastructure_error"
-    TIMEOUT = "timeout"
-
-    @property
-    def is_retryable(self) -> bool:
-        """Only infrastructure trouble is retried; every other outcome is a final result."""
-        return self is OutcomeKind.INFRASTRUCTURE_ERROR
-
-    @property
-    def environment_was_sound(self) -> bool:
-        """Whether the environment did what was asked, so the outcome measures the agent.
-
-        False for infrastructure errors (the server failed) and setup failures (the task's own
-        data could not be set up: a missing file or program). These are left out of the
-        headline success rate's denominator (adapters/outcomes.py, "Rates").
-        """
-        return self not in (OutcomeKind.INFRASTRUCTURE_ERROR, OutcomeKind.SETUP_FAILURE)
-
-
-# The outcomes whose tasks are left out of the headline ("sound environment") success rate.
-UNSOUND_OUTCOMES: tuple[OutcomeKind, ...] = tuple(k for k in OutcomeKind if not k.environment_was_sound)
 
 
 class UIElement(BaseModel):

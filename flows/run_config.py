@@ -25,9 +25,8 @@ from adapters.store.duckdb_store import ResultStore, selection_change
 from adapters.store.errors import StoreError
 from adapters.store_location import check_store_url, default_store_url
 from adapters.vms.base import ResetLevel
-from adapters.vms.existing import DEFAULT_SERVER_WAIT_SECONDS
+from adapters.vms.defaults import DEFAULT_POOL_TTL_HOURS, DEFAULT_SERVER_WAIT_SECONDS
 from adapters.vms.registry import PROVIDERS, ProviderSettings, build_provider
-from adapters.vms.defaults import DEFAULT_POOL_TTL_HOURS
 from adapters.vms.warm_pool import pool_resource_id
 from adapters.waa.suite_settings import suite_flavor
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir

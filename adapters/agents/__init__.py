@@ -15,15 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
-from adapters.agents.random_agent import RandomAgent
-from adapters.agents.scripted import ScriptedAgent, load_plans
-from adapters.benchmark import BenchmarkAgent
 from adapters.registry import Registry
 from adapters.secrets import refuse_url_secret
+
+# `arena run --help` reads the table's names: each agent's module loads when it is built.
+if TYPE_CHECKING:
+    from adapters.benchmark import BenchmarkAgent
 
 class AgentOptions(BaseModel):
     """Everything an agent can be configured with from the CLI or a deployment (no secrets:
@@ -86,6 +87,8 @@ AGENTS: Registry[Callable[[AgentOptions], BenchmarkAgent]] = Registry("agent")
 
 @AGENTS.register("scripted")
 def _scripted(options: AgentOptions) -> BenchmarkAgent:
+    from adapters.agents.scripted import ScriptedAgent, load_plans
+
     if options.plans_path is None:
         raise ValueError("the scripted agent needs a plans file (solutions.json)")
     return ScriptedAgent(load_plans(options.plans_path))
@@ -93,6 +96,8 @@ def _scripted(options: AgentOptions) -> BenchmarkAgent:
 
 @AGENTS.register("random")
 def _random(options: AgentOptions) -> BenchmarkAgent:
+    from adapters.agents.random_agent import RandomAgent
+
     return RandomAgent(seed=options.seed)
 
 
@@ -140,6 +145,7 @@ def _http(options: AgentOptions) -> BenchmarkAgent:
 def _noisy_scripted(options: AgentOptions) -> BenchmarkAgent:
     """TEST AGENT for the statistics of repeated trials (adapters/agents/noisy_scripted.py)."""
     from adapters.agents.noisy_scripted import DEFAULT_SUCCESS_PROBABILITY, NoisyScriptedAgent, load_probabilities
+    from adapters.agents.scripted import load_plans
 
     if options.plans_path is None:
         raise ValueError("the noisy-scripted test agent needs a plans file (solutions.json)")

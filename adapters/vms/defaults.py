@@ -12,3 +12,7 @@ DEFAULT_POOL_TTL_HOURS = 48.0
 
 # A service answering with the caller's public address (the controller's egress check).
 DEFAULT_EGRESS_URL = "https://checkip.amazonaws.com"
+
+# The existing provider: how long to wait for a server to answer (at start, and again after it
+# failed an attempt) before it is retired.
+DEFAULT_SERVER_WAIT_SECONDS = 60.0

@@ -22,11 +22,10 @@ from urllib.parse import urlsplit, urlunsplit
 import requests
 
 from adapters.vms.base import ProviderError, ResetLevel, VMHandle, VMProvider
+from adapters.vms.defaults import DEFAULT_SERVER_WAIT_SECONDS
 from adapters.waa.client import WAAClient
 from adapters.waa.errors import WAAError
 from adapters.waa.settle import SettlePolicy
-
-DEFAULT_SERVER_WAIT_SECONDS = 60.0
 
 
 class ExistingServersProvider(VMProvider):

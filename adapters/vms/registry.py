@@ -11,12 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters.registry import Registry
-from adapters.vms.base import VMProvider
-from adapters.vms.existing import DEFAULT_SERVER_WAIT_SECONDS
-from adapters.vms.settings import load_cloud_settings
+from adapters.vms.defaults import DEFAULT_SERVER_WAIT_SECONDS
+
+# The table's names are read by `arena run --help`: the providers' modules, their cloud
+# settings and SDKs load only when a provider is built.
+if TYPE_CHECKING:
+    from adapters.vms.base import VMProvider
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ def _existing(settings: ProviderSettings) -> VMProvider:
 
 def _cloud_section(settings: ProviderSettings, name: str) -> Any:
     """The provider's section of the cloud settings; a missing one is a clear error."""
+    from adapters.vms.settings import load_cloud_settings
+
     section = getattr(load_cloud_settings(settings.cloud_config), name)
     if section is None:
         raise ValueError(
@@ -79,6 +84,7 @@ def _azure(settings: ProviderSettings) -> VMProvider:
 @PROVIDERS.register("kvm")
 def _kvm(settings: ProviderSettings) -> VMProvider:
     from adapters.vms.kvm import KVMProvider, KVMSettings
+    from adapters.vms.settings import load_cloud_settings
 
     # The [kvm] section is optional: without it, the Debian test guest with the defaults.
     section = load_cloud_settings(settings.cloud_config).kvm or KVMSettings()

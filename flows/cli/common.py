@@ -132,7 +132,7 @@ def _run_providers() -> Iterable[str]:
 
 
 def _outcome_kinds() -> Iterable[str]:
-    from adapters.benchmark import OutcomeKind
+    from adapters.outcome_kind import OutcomeKind
 
     return [o.value for o in OutcomeKind]
 
