@@ -26,6 +26,7 @@ from adapters.secrets import refuse_url_secret
 if TYPE_CHECKING:
     from adapters.benchmark import BenchmarkAgent
 
+
 class AgentOptions(BaseModel):
     """Everything an agent can be configured with from the CLI or a deployment (no secrets:
     API keys are read from the environment variable named by `api_key_env`)."""
