@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from adapters.vms.defaults import DEFAULT_SERVER_WAIT_SECONDS
 from flows.cli.common import (AGENT_CHOICES, DB_HELP, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_STORE_FAILED,
                               EXIT_TERMINATED, RESET_LEVEL_CHOICES, RUN_EXIT_CODES, RUN_PROVIDER_CHOICES, command_line,
                               option_errors, pairs, seconds, settle, store_location)
@@ -354,7 +355,7 @@ def add_run(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argparse
         "--server-wait",
         type=float,
         help="with --waa-url: seconds to wait for a server to answer, at start and after it failed, before "
-        "retiring it (default 60)",
+        f"retiring it (default {DEFAULT_SERVER_WAIT_SECONDS:g})",
     )
     run.add_argument("--verbose", action="store_true", help="show Prefect's task-state logs in the terminal")
     run.set_defaults(func=_run)
