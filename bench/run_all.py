@@ -39,12 +39,17 @@ QUICK_ARGS: dict[str, list[str]] = {
 }
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The runner's options (the docs' option check reads them too: tests/test_readme_cli.py)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="each benchmark at its own default sizes")
     parser.add_argument("--only", nargs="+", choices=sorted(QUICK_ARGS), metavar="NAME",
                         help=f"these benchmarks only (of: {', '.join(QUICK_ARGS)})")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> int:
+    args = build_parser().parse_args()
     print(conditions(), flush=True)
     failed: list[str] = []
     started = time.monotonic()

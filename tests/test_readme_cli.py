@@ -65,9 +65,11 @@ def test_every_shown_command_and_option_exists(where: str, command: str) -> None
 
 def _all_options() -> set[str]:
     from adapters.waa import evaluate_server
+    from bench import run_all
 
     options: set[str] = set()
-    pending = [build_parser(), evaluate_server.build_parser()]  # the README shows both commands
+    # The README shows these commands too: the evaluation server and the benchmarks' runner.
+    pending = [build_parser(), evaluate_server.build_parser(), run_all.build_parser()]
     while pending:
         parser = pending.pop()
         options |= {o for action in parser._actions for o in action.option_strings}  # noqa: SLF001
