@@ -1,7 +1,7 @@
 """Every benchmark in turn, each in its own process, with the seconds each took.
 
 By default at smaller sizes than each bench's own defaults (fewer steps, resets, repaint delays,
-runs; the target pool size alone): about 4 minutes on this project's 2-core machine.
+runs; the target pool size alone): 3-4 minutes on this project's 2-core machine.
 `--full` runs each at its own defaults, as docs/benchmarks.md's figures were measured. The
 benchmarks print numbers and assert nothing; this exits 1 when one of them failed to run.
 
@@ -59,7 +59,11 @@ def main() -> int:
         command = [sys.executable, str(BENCH / f"{name}.py"), *([] if args.full else quick)]
         print(f"\n--- {name} ({' '.join(command[1:])})", flush=True)
         begun = time.monotonic()
-        code = subprocess.run(command, check=False).returncode
+        try:
+            code = subprocess.run(command, check=False).returncode
+        except KeyboardInterrupt:  # Ctrl-C reached the benchmark too, which has stopped
+            print(f"\n--- {name}: interrupted; the benchmarks after it did not run", flush=True)
+            return 130
         print(f"--- {name}: {time.monotonic() - begun:.0f} s" + (f", FAILED (exit {code})" if code else ""), flush=True)
         if code:
             failed.append(name)
