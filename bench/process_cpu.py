@@ -7,11 +7,15 @@ floor of their own: no scheduling makes the run shorter than that on this machin
 The command's own total is exact (the kernel's account of it and the children it waited for);
 the split by role comes from sampling its process tree every `SAMPLE_SECONDS` (a process's last
 few milliseconds before it exits can be missed). Processes that are not its children but work
-for it (the shared local Prefect server) are watched by pid.
+for it (the shared local Prefect server) are watched by pid. With `detached`, processes that left
+the tree while it ran (a server that detaches itself with a double fork, as the local Prefect
+server does) count too: every process started after the command and outside its tree when last
+seen, so on a shared machine also whatever others started meanwhile.
 """
 
 from __future__ import annotations
 
+import os
 import resource
 import subprocess
 import time
@@ -29,6 +33,7 @@ class CpuUse:
     """CPU seconds (user + system) by role."""
 
     seconds: Mapping[str, float] = field(default_factory=dict)
+    processes: Mapping[str, int] = field(default_factory=dict)  # how many were seen, by role
 
     @property
     def total(self) -> float:
@@ -58,14 +63,16 @@ def _children_cpu() -> float:
 
 
 def run_measured(command: Sequence[str], *, role: str, role_of: Callable[[Sequence[str]], str],
-                 watched: Mapping[str, int], cwd: Path, env: Mapping[str, str],
-                 timeout: float) -> tuple[float, int, CpuUse]:
+                 watched: Mapping[str, int], cwd: Path, env: Mapping[str, str], timeout: float,
+                 detached: bool = False, sample_seconds: float = SAMPLE_SECONDS,
+                 output: Path | None = None) -> tuple[float, int, CpuUse]:
     """Run `command` to its end: its wall seconds, exit status and CPU by role.
 
     `role` names the command's own process, `role_of(cmdline)` the role of each process it
     starts; `watched` maps a role to the pid of a process outside the tree whose CPU during the
     run counts too (a server the command uses). The CPU of a child the samples missed (one that
-    lived less than a sample) counts as the command's own."""
+    lived less than a sample) counts as the command's own. `detached`: processes that left the
+    tree count too (module docstring). The command's output goes to `output` (else nowhere)."""
     watched_processes = {}
     for watched_role, pid in watched.items():
         try:
@@ -75,40 +82,66 @@ def run_measured(command: Sequence[str], *, role: str, role_of: Callable[[Sequen
             continue
     children_before = _children_cpu()
     started = time.monotonic()
-    proc = subprocess.Popen(list(command), cwd=cwd, env=dict(env), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    since = time.time() - 1  # process start times have a clock tick's resolution
+    with open(output, "wb") if output is not None else open(os.devnull, "wb") as out:
+        proc = subprocess.Popen(list(command), cwd=cwd, env=dict(env), stdout=out, stderr=subprocess.STDOUT)
     root = psutil.Process(proc.pid)
-    last: dict[int, tuple[str, float]] = {}  # pid -> (role, CPU when last seen)
+    ignored = {os.getpid(), *(process.pid for process, _ in watched_processes.values())}
+    # (pid, start time) -> (role, CPU when last seen, in the command's tree when last seen)
+    last: dict[tuple[int, float], tuple[str, float, bool]] = {}
     while proc.poll() is None:
         if time.monotonic() - started > timeout:
             proc.kill()
             proc.wait()
             raise TimeoutError(f"{' '.join(command)} ran longer than {timeout:.0f} s")
-        try:
-            descendants = root.children(recursive=True)
-        except psutil.NoSuchProcess:
-            descendants = []
-        for child in descendants:
-            seconds = _cpu(child)
+        for process, in_tree in _sample(root, since if detached else None, ignored):
+            seconds = _cpu(process)
+            try:
+                key = (process.pid, process.create_time())  # a pid can be reused within a run
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
             if seconds is None:
                 continue
-            known = last.get(child.pid)
+            known = last.get(key)
             # Named again while "other": between its fork and its exec a child shows its parent's command line.
-            child_role = known[0] if known and known[0] != "other" else _role(child, role_of)
-            last[child.pid] = (child_role, seconds)
-        time.sleep(SAMPLE_SECONDS)
+            process_role = known[0] if known and known[0] != "other" else _role(process, role_of)
+            last[key] = (process_role, seconds, in_tree)
+        time.sleep(sample_seconds)
     wall = time.monotonic() - started
     tree = _children_cpu() - children_before  # the command and every child it waited for: exact
     by_role: dict[str, float] = {}
-    for child_role, seconds in last.values():
-        by_role[child_role] = by_role.get(child_role, 0.0) + seconds
-    # What the samples did not give to another role is the command's own.
-    by_role[role] = by_role.get(role, 0.0) + max(tree - sum(by_role.values()), 0.0)
+    counts: dict[str, int] = {role: 1}
+    for process_role, seconds, _ in last.values():
+        by_role[process_role] = by_role.get(process_role, 0.0) + seconds
+        counts[process_role] = counts.get(process_role, 0) + 1
+    # What the samples did not give another process of the tree is the command's own.
+    sampled_in_tree = sum(seconds for _, seconds, in_tree in last.values() if in_tree)
+    by_role[role] = by_role.get(role, 0.0) + max(tree - sampled_in_tree, 0.0)
     for watched_role, (process, before) in watched_processes.items():
         after = _cpu(process)
         if after is not None:
             by_role[watched_role] = by_role.get(watched_role, 0.0) + after - before
-    return wall, proc.returncode, CpuUse(by_role)
+            counts[watched_role] = counts.get(watched_role, 0) + 1
+    return wall, proc.returncode, CpuUse(by_role, counts)
+
+
+def _sample(root: psutil.Process, since: float | None, ignored: set[int]) -> list[tuple[psutil.Process, bool]]:
+    """The processes to sample, each with whether it is in `root`'s tree: `root`'s descendants,
+    and with `since` every other process started after it (but `ignored`)."""
+    try:
+        tree = root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        tree = []
+    found = [(process, True) for process in tree]
+    if since is not None:
+        in_tree = {process.pid for process in tree} | {root.pid}
+        for process in psutil.process_iter():
+            try:
+                if process.pid not in in_tree and process.pid not in ignored and process.create_time() >= since:
+                    found.append((process, False))
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+    return found
 
 
 def _role(process: psutil.Process, role_of: Callable[[Sequence[str]], str]) -> str:

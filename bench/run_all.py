@@ -24,7 +24,8 @@ from bench.conditions import conditions  # noqa: E402 - after the path is set
 
 BENCH = Path(__file__).resolve().parent
 
-# Each benchmark with its smaller sizes (scaling.py runs for long at any size: by itself only).
+# Each benchmark with its smaller sizes. By themselves only: scaling.py runs for long at any size,
+# suite_cpu.py runs the whole test suite.
 QUICK_ARGS: dict[str, list[str]] = {
     "orchestration_overhead": ["--repeats", "2"],
     "results_queries": [],
