@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -89,24 +90,12 @@ def run_measured(command: Sequence[str], *, role: str, role_of: Callable[[Sequen
     ignored = {os.getpid(), *(process.pid for process, _ in watched_processes.values())}
     # (pid, start time) -> (role, CPU when last seen, in the command's tree when last seen)
     last: dict[tuple[int, float], tuple[str, float, bool]] = {}
-    while proc.poll() is None:
-        if time.monotonic() - started > timeout:
-            proc.kill()
-            proc.wait()
-            raise TimeoutError(f"{' '.join(command)} ran longer than {timeout:.0f} s")
-        for process, in_tree in _sample(root, since if detached else None, ignored):
-            seconds = _cpu(process)
-            try:
-                key = (process.pid, process.create_time())  # a pid can be reused within a run
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-            if seconds is None:
-                continue
-            known = last.get(key)
-            # Named again while "other": between its fork and its exec a child shows its parent's command line.
-            process_role = known[0] if known and known[0] != "other" else _role(process, role_of)
-            last[key] = (process_role, seconds, in_tree)
-        time.sleep(sample_seconds)
+    try:
+        _follow(proc, root, last, timeout=timeout, started=started, since=since if detached else None,
+                ignored=ignored, role_of=role_of, sample_seconds=sample_seconds)
+    except BaseException:  # Ctrl-C or the timeout: the command ends too, as it would on its own
+        _interrupt(proc)
+        raise
     wall = time.monotonic() - started
     tree = _children_cpu() - children_before  # the command and every child it waited for: exact
     by_role: dict[str, float] = {}
@@ -123,6 +112,44 @@ def run_measured(command: Sequence[str], *, role: str, role_of: Callable[[Sequen
             by_role[watched_role] = by_role.get(watched_role, 0.0) + after - before
             counts[watched_role] = counts.get(watched_role, 0) + 1
     return wall, proc.returncode, CpuUse(by_role, counts)
+
+
+def _follow(proc: subprocess.Popen[bytes], root: psutil.Process,
+            last: dict[tuple[int, float], tuple[str, float, bool]], *, timeout: float, started: float,
+            since: float | None, ignored: set[int], role_of: Callable[[Sequence[str]], str],
+            sample_seconds: float) -> None:
+    """Sample the processes into `last` until `proc` ends; TimeoutError after `timeout` s."""
+    while proc.poll() is None:
+        if time.monotonic() - started > timeout:
+            raise TimeoutError(f"{' '.join(map(str, proc.args))} ran longer than {timeout:.0f} s")
+        for process, in_tree in _sample(root, since, ignored):
+            seconds = _cpu(process)
+            try:
+                key = (process.pid, process.create_time())  # a pid can be reused within a run
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            if seconds is None:
+                continue
+            known = last.get(key)
+            # Named again while "other": between its fork and its exec a child shows its parent's command line.
+            process_role = known[0] if known and known[0] != "other" else _role(process, role_of)
+            last[key] = (process_role, seconds, in_tree)
+        time.sleep(sample_seconds)
+
+
+def _interrupt(proc: subprocess.Popen[bytes], grace: float = 60) -> None:
+    """End `proc` as Ctrl-C would (SIGINT: pytest stops its workers and reports), killing it if
+    it has not ended within `grace` seconds. A Ctrl-C at the terminal reached it already: it gets
+    a few seconds to end on that one before a second SIGINT, which cuts pytest's own ending short."""
+    for signum, seconds in ((None, 5.0), (signal.SIGINT, grace), (signal.SIGKILL, None)):
+        if proc.poll() is not None:
+            return
+        if signum is not None:
+            proc.send_signal(signum)
+        try:
+            proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _sample(root: psutil.Process, since: float | None, ignored: set[int]) -> list[tuple[psutil.Process, bool]]:

@@ -82,8 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = Path(tempfile.mkdtemp(prefix="arena-suite-cpu-")) / "pytest.log"
     print(f"running: {' '.join(command[1:])} (its output: {log})", flush=True)
     busy_before = _busy_seconds()
-    wall, status, cpu = run_measured(command, role="pytest", role_of=kind_of, watched={}, cwd=ROOT, env=env,
-                                     timeout=3600, detached=True, sample_seconds=0.25, output=log)
+    try:
+        wall, status, cpu = run_measured(command, role="pytest", role_of=kind_of, watched={}, cwd=ROOT, env=env,
+                                         timeout=3600, detached=True, sample_seconds=0.25, output=log)
+    except KeyboardInterrupt:
+        print(f"interrupted: pytest has stopped, nothing was measured; its output so far: {log}")
+        return 130
     busy = _busy_seconds() - busy_before
     summary = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-1:]
     print(f"pytest: exit {status}, {wall:.0f} s; {summary[0].strip('= ') if summary else 'no output'}")
