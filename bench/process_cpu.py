@@ -88,11 +88,9 @@ def run_measured(command: Sequence[str], *, role: str, role_of: Callable[[Sequen
         proc = subprocess.Popen(list(command), cwd=cwd, env=dict(env), stdout=out, stderr=subprocess.STDOUT)
     root = psutil.Process(proc.pid)
     ignored = {os.getpid(), *(process.pid for process, _ in watched_processes.values())}
-    # (pid, start time) -> (role, CPU when last seen, in the command's tree when last seen)
-    last: dict[tuple[int, float], tuple[str, float, bool]] = {}
     try:
-        _follow(proc, root, last, timeout=timeout, started=started, since=since if detached else None,
-                ignored=ignored, role_of=role_of, sample_seconds=sample_seconds)
+        last = _follow(proc, root, deadline=started + timeout, since=since if detached else None,
+                       ignored=ignored, role_of=role_of, sample_seconds=sample_seconds)
     except BaseException:  # Ctrl-C or the timeout: the command ends too, as it would on its own
         _interrupt(proc)
         raise
@@ -114,14 +112,15 @@ def run_measured(command: Sequence[str], *, role: str, role_of: Callable[[Sequen
     return wall, proc.returncode, CpuUse(by_role, counts)
 
 
-def _follow(proc: subprocess.Popen[bytes], root: psutil.Process,
-            last: dict[tuple[int, float], tuple[str, float, bool]], *, timeout: float, started: float,
-            since: float | None, ignored: set[int], role_of: Callable[[Sequence[str]], str],
-            sample_seconds: float) -> None:
-    """Sample the processes into `last` until `proc` ends; TimeoutError after `timeout` s."""
+def _follow(proc: subprocess.Popen[bytes], root: psutil.Process, *, deadline: float, since: float | None,
+            ignored: set[int], role_of: Callable[[Sequence[str]], str],
+            sample_seconds: float) -> dict[tuple[int, float], tuple[str, float, bool]]:
+    """Sample the processes (`_sample`) until `proc` ends: for each (pid, start time), its role,
+    its CPU and whether it was in `root`'s tree when last seen. TimeoutError past `deadline`."""
+    last: dict[tuple[int, float], tuple[str, float, bool]] = {}
     while proc.poll() is None:
-        if time.monotonic() - started > timeout:
-            raise TimeoutError(f"{' '.join(map(str, proc.args))} ran longer than {timeout:.0f} s")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{' '.join(map(str, proc.args))} ran past its timeout")
         for process, in_tree in _sample(root, since, ignored):
             seconds = _cpu(process)
             try:
@@ -135,6 +134,7 @@ def _follow(proc: subprocess.Popen[bytes], root: psutil.Process,
             process_role = known[0] if known and known[0] != "other" else _role(process, role_of)
             last[key] = (process_role, seconds, in_tree)
         time.sleep(sample_seconds)
+    return last
 
 
 def _interrupt(proc: subprocess.Popen[bytes], grace: float = 60) -> None:

@@ -67,7 +67,9 @@ def kind_of(cmdline: Sequence[str]) -> str:
 def _busy_seconds() -> float:
     """CPU seconds all cores of the machine have spent busy since boot (anything but idle)."""
     times = psutil.cpu_times()
-    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+    # Linux counts a guest's time in user and nice as well: left out here so it counts once.
+    not_busy = ("idle", "iowait", "guest", "guest_nice")
+    return sum(times) - sum(getattr(times, name, 0.0) for name in not_busy)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -89,11 +91,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"interrupted: pytest has stopped, nothing was measured; its output so far: {log}")
         return 130
     busy = _busy_seconds() - busy_before
-    summary = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-1:]
-    print(f"pytest: exit {status}, {wall:.0f} s; {summary[0].strip('= ') if summary else 'no output'}")
-    print(f"CPU of its processes: {cpu.total:.0f} s, {cpu.total / (wall * cores()):.0%} of {cores()} cores "
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    print(f"pytest: exit {status}, {wall:.0f} s; {lines[-1].strip('= ') if lines else 'no output'}")
+    capacity = wall * cores()  # CPU seconds the cores could give over the run
+    print(f"CPU of its processes: {cpu.total:.0f} s, {cpu.total / capacity:.0%} of {cores()} cores "
           f"over {wall:.0f} s (so at least {cpu.total / cores():.0f} s of wall on them)")
-    print(f"the machine's cores were busy {busy:.0f} s of {wall * cores():.0f} s ({busy / (wall * cores()):.0%}); "
+    print(f"the machine's cores were busy {busy:.0f} s of {capacity:.0f} s ({busy / capacity:.0%}); "
           f"{max(busy - cpu.total, 0):.0f} s of that was not the suite's (other work, the kernel)")
     print(f"{'CPU s':>7} {'share':>6} {'processes':>9}  kind")
     for kind, seconds in sorted(cpu.seconds.items(), key=lambda item: -item[1]):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench.process_cpu import run_measured
@@ -24,14 +24,15 @@ COMMAND = (
 ).format(child=BURN.format(seconds=0.6) + "time.sleep(0.5)\n")
 
 
-def _role(cmdline: Sequence[str]) -> str:
-    return "worker" if "worker" in cmdline else "other"
+def _named(role: str) -> Callable[[Sequence[str]], str]:
+    """The role function that calls a process `role` when its command line has that word."""
+    return lambda cmdline: role if role in cmdline else "other"
 
 
 def test_the_split_follows_the_processes_that_used_the_cpu(tmp_path: Path) -> None:
     server = subprocess.Popen([sys.executable, "-c", BURN.format(seconds=60)])  # busy throughout
     try:
-        wall, status, cpu = run_measured([sys.executable, "-c", COMMAND], role="command", role_of=_role,
+        wall, status, cpu = run_measured([sys.executable, "-c", COMMAND], role="command", role_of=_named("worker"),
                                          watched={"server": server.pid}, cwd=tmp_path, env=dict(os.environ),
                                          timeout=120)
     finally:
@@ -63,17 +64,13 @@ time.sleep(0.6)  # the detached process idles meanwhile: a sample sees all it bu
 DAEMON = BURN.format(seconds=0.6) + "import sys, time\nopen(sys.argv[2], 'w').close()\ntime.sleep(3)\n"
 
 
-def _daemon_role(cmdline: Sequence[str]) -> str:
-    return "daemon" if "daemon" in cmdline else "other"
-
-
 def test_detached_processes_count_only_when_asked_and_never_twice(tmp_path: Path) -> None:
     found = {}
     for detached in (False, True):
         done = tmp_path / f"done-{detached}"
         wall, status, cpu = run_measured(
             [sys.executable, "-c", DETACHING.format(daemon=DAEMON), str(done)], role="command",
-            role_of=_daemon_role, watched={}, cwd=tmp_path, env=dict(os.environ), timeout=120,
+            role_of=_named("daemon"), watched={}, cwd=tmp_path, env=dict(os.environ), timeout=120,
             detached=detached, output=tmp_path / f"out-{detached}.log")
         assert status == 0, (tmp_path / f"out-{detached}.log").read_text()
         found[detached] = cpu
