@@ -52,6 +52,7 @@ from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from flows.bookkeeping import best_effort, slug
 from flows.budget import RunBudget
 from flows.cancellation import cancellation_requested, watch_cancellation
+from flows.flow_run_heartbeats import flow_run_heartbeats, heartbeats_from_the_flow
 from flows.pool_engine import PoolRunRequest, evaluate_on_pool
 from flows.progress import RunProgress
 from flows.provenance import code_revision, run_info
@@ -126,7 +127,8 @@ def _delete_run_resources(flow: Any, run: Any, state: Any) -> None:
 def evaluate_suite(config: SuiteRunConfig) -> State:
     """Evaluate the configured suite and agent; results land in the store as each task finishes.
     Ends in the state that says what happened (flows/run_states.py), the RunOutcome as its data."""
-    outcome = _evaluate(config)
+    with flow_run_heartbeats():
+        outcome = _evaluate(config)
     context = FlowRunContext.get()
     if context is not None and context.flow_run is not None:
         outcome.flow_run_id = str(context.flow_run.id)
@@ -371,8 +373,8 @@ def run_suite(config: SuiteRunConfig, announce: Callable[[str], None] | None = N
     the Prefect UI can cancel it; `announce` is then given its page's URL before it starts.
 
     `on_outcome(outcome)` is called as soon as the flow has its outcome (its results stored, the
-    store closed), while Prefect still finishes the flow run (its final state, its heartbeat: most
-    of a second): for work on the stored results that may overlap that, such as the HTML report.
+    store closed), while Prefect still finishes the flow run (its final state, its last events):
+    for work on the stored results that may overlap that, such as the HTML report.
     It runs inside the flow, so it must return at once and not raise (start a thread)."""
     run_id = config.run_id or new_run_id()
     if config.run_id is None:
@@ -389,7 +391,8 @@ def run_suite(config: SuiteRunConfig, announce: Callable[[str], None] | None = N
                 url = flow_run_url(flow_run.id)
                 if url:
                     announce(url)
-            state = run_flow(flow, flow_run=flow_run, parameters={"config": config}, return_type="state")
+            with heartbeats_from_the_flow():
+                state = run_flow(flow, flow_run=flow_run, parameters={"config": config}, return_type="state")
         # The outcome as the flow produced it in this process; only when it did not get that far
         # (it crashed) is the final state read, which raises the crash.
         kept = _outcomes[run_id].outcome

@@ -51,6 +51,11 @@ def test_scripted_agent_solves_the_bundled_suite(prefect_server: None, tmp_path:
     run = _rows(db, "SELECT status, environment, task_count, suite_hash FROM runs WHERE run_id = 'e2e-scripted'")[0]
     assert run[0] == "completed" and run[1] == "local-simulation" and run[2] == len(bundled_ids) and run[3]
     assert "ALL" in outcome.table and "100.0%" in outcome.table and "LOCAL SIMULATION" in outcome.table
+    # One sender of the flow run's heartbeats (the flow's own, flows/flow_run_heartbeats.py), naming its flow.
+    from prefect_events import stored_heartbeats
+
+    (heartbeat,) = stored_heartbeats(outcome.flow_run_id)
+    assert [item["prefect.resource.name"] for item in heartbeat.related if item.role == "flow"] == ["evaluate-suite"]
     # The documented query (docs/results.md, linked from the README) runs as written and agrees with the run.
     readme = (Path(__file__).resolve().parents[2] / "docs" / "results.md").read_text()
     query = re.search(r"```sql\n(.*?)```", readme, re.S).group(1)
