@@ -23,9 +23,9 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from prefect import __version__ as prefect_version
+from prefect.client.schemas.objects import FlowRun
 from prefect.context import FlowRunContext
 from prefect.events import emit_event
 from prefect.events.related import tags_as_related_resources
@@ -48,7 +48,7 @@ def heartbeat_seconds() -> int | None:
     return None if value is None else max(int(value), MINIMUM_SECONDS)
 
 
-def heartbeat_event_parts(flow_run: Any, flow_name: str) -> tuple[dict[str, str], list[RelatedResource]]:
+def heartbeat_event_parts(flow_run: FlowRun, flow_name: str) -> tuple[dict[str, str], list[RelatedResource]]:
     """The resource and related resources of `flow_run`'s heartbeat event, as Prefect's engine
     builds them: the run (id, name, Prefect's version), its flow, its deployment, its tags."""
     resource = {
