@@ -122,11 +122,11 @@ def _follow(proc: subprocess.Popen[bytes], root: psutil.Process, *, deadline: fl
         if time.monotonic() > deadline:
             raise TimeoutError(f"{' '.join(map(str, proc.args))} ran past its timeout")
         for process, in_tree in _sample(root, since, ignored):
-            seconds = _cpu(process)
             try:
                 key = (process.pid, process.create_time())  # a pid can be reused within a run
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
+            seconds = _cpu(process)
             if seconds is None:
                 continue
             known = last.get(key)

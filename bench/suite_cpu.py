@@ -93,9 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     busy = _busy_seconds() - busy_before
     lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
     print(f"pytest: exit {status}, {wall:.0f} s; {lines[-1].strip('= ') if lines else 'no output'}")
-    capacity = wall * cores()  # CPU seconds the cores could give over the run
-    print(f"CPU of its processes: {cpu.total:.0f} s, {cpu.total / capacity:.0%} of {cores()} cores "
-          f"over {wall:.0f} s (so at least {cpu.total / cores():.0f} s of wall on them)")
+    count = cores()
+    capacity = wall * count  # CPU seconds the cores could give over the run
+    print(f"CPU of its processes: {cpu.total:.0f} s, {cpu.total / capacity:.0%} of {count} cores "
+          f"over {wall:.0f} s (so at least {cpu.total / count:.0f} s of wall on them)")
     print(f"the machine's cores were busy {busy:.0f} s of {capacity:.0f} s ({busy / capacity:.0%}); "
           f"{max(busy - cpu.total, 0):.0f} s of that was not the suite's (other work, the kernel)")
     print(f"{'CPU s':>7} {'share':>6} {'processes':>9}  kind")
