@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.conditions import conditions, cores, spread  # noqa: E402 - after the path is set
 from bench.process_cpu import CpuUse, run_measured  # noqa: E402
 
+from adapters.waa.localenv.forkserver import TITLE as FORK_SERVER_TITLE  # noqa: E402
 from flows.local_server import server_pid, stop_server  # noqa: E402
 
 ARENA = Path(sys.executable).with_name("arena")
@@ -52,8 +53,8 @@ def timed_run(workdir: Path, prefect_home: Path) -> tuple[float, int, CpuUse]:
 
 
 def _role(cmdline: Sequence[str]) -> str:
-    if "adapters.waa.localenv" in cmdline:
-        return "simulated VMs"
+    if "adapters.waa.localenv" in cmdline or " ".join(cmdline).startswith(FORK_SERVER_TITLE):
+        return "simulated VMs"  # the simulations and the fork server they are forked from
     if any("local_server" in part for part in cmdline):
         return "Prefect server"  # a cold run's: it starts the shared server itself
     return "other"

@@ -33,11 +33,14 @@ sys.path.insert(0, str(ROOT))
 from bench.conditions import conditions, cores  # noqa: E402 - after the path is set
 from bench.process_cpu import run_measured  # noqa: E402
 
+from adapters.waa.localenv.forkserver import TITLE as FORK_SERVER_TITLE  # noqa: E402
+
 # Kinds of process, by a part of their command line, first match wins.
 KINDS: tuple[tuple[str, str], ...] = (
     ("flows.local_server_app", "Prefect server (the local server's app)"),
     ("flows.local_server", "local server supervisor"),
     ("adapters.waa.localenv", "simulated VMs (WAA simulation)"),
+    (FORK_SERVER_TITLE, "simulated VMs (WAA simulation)"),  # what they are forked from
     ("adapters.waa.evaluate_server", "evaluate server"),
     ("flows.cli run", "arena run"),
     ("flows.cli", "other arena commands"),

@@ -127,6 +127,10 @@ def _run(args: argparse.Namespace) -> int:
     # The shared local server is found, or started, while this process imports Prefect and the
     # flow (a stopped server's start takes about 5 s: docs/prefect-ui.md).
     server_start = start_shared_api()
+    if config.provider == "local":
+        from adapters.waa.localenv.forkserver import prestart
+
+        prestart()  # the simulations' fork server imports them meanwhile too, on the other core
     try:
         return _run_checked(args, config, rerun, server_start)
     finally:

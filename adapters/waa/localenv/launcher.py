@@ -1,4 +1,8 @@
-"""Start the WAA simulation as a child process and hand back a handle to it.
+"""Start the WAA simulation as a process of its own and hand back a handle to it.
+
+Each simulation is forked from this process's fork server (:mod:`.forkserver`), which has
+imported the simulation once, so a start costs no Python start-up; set ``ARENA_SIM_START=exec``
+(or run where Linux's process file descriptors are missing) to start each one afresh.
 
 This is what the project's local VM provider calls::
 
@@ -26,7 +30,16 @@ from typing import Any
 
 import requests
 
+from . import forkserver
 from .quirks import QuirkSettings
+
+START_ENV = "ARENA_SIM_START"
+"""``exec`` starts every simulation as a new Python process instead of forking it from the fork
+server (each then pays its own imports, about 0.17 s of CPU): to compare the two, or to rule the
+fork server out when looking into a problem."""
+
+SimulationProcess = subprocess.Popen | forkserver.ForkedProcess
+"""A simulation's process: forked (the usual) or started afresh."""
 
 # The repository root, so ``python -m adapters.waa.localenv`` resolves in the child.
 _REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -44,7 +57,7 @@ class LocalEnvHandle:
     pid: int
     root: Path
     log_path: Path
-    _proc: subprocess.Popen = field(repr=False)
+    _proc: SimulationProcess = field(repr=False)
     quirks: QuirkSettings | None = None
     """The quirks-mode settings in force, None without quirks mode."""
 
@@ -61,8 +74,6 @@ class LocalEnvHandle:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait(timeout)
-        if self._proc.stdout:
-            self._proc.stdout.close()
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -70,6 +81,27 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def _spawn(args: list[str], log_path: Path) -> SimulationProcess:
+    """``python -m adapters.waa.localenv ARGS`` in a session of its own, its output appended to
+    `log_path`: forked from this process's fork server (:mod:`.forkserver`) where the platform
+    allows, else started afresh.
+
+    A session of its own: the terminal's Ctrl-C goes to `arena run`, which lets the running
+    attempts finish within its grace period and then stops the simulation itself; reaching the
+    simulation directly, it would cut those attempts short as infrastructure errors.
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH", "")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    if forkserver.supported() and os.environ.get(START_ENV) != "exec":
+        return forkserver.spawn(args, env=env, cwd=_REPO_ROOT, log_path=log_path)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "adapters.waa.localenv", *args,
+                                 "--exit-with-parent", str(os.getpid())],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                cwd=str(_REPO_ROOT), start_new_session=True)
 
 
 def start_local_env(root: Path, *, width: int = 1280, height: int = 800, startup_timeout: float = 30.0,
@@ -89,21 +121,9 @@ def start_local_env(root: Path, *, width: int = 1280, height: int = 800, startup
     run_dir = Path(tempfile.mkdtemp(prefix="waa-sim-"))
     port_file = run_dir / "port"
     log_path = Path(log_path) if log_path else run_dir / "server.log"
-    log = open(log_path, "ab")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH", "")]))
-    env["PYTHONUNBUFFERED"] = "1"
-    cmd = [sys.executable, "-m", "adapters.waa.localenv", "--host", "127.0.0.1", "--port", "0", "--root", str(root),
-           "--port-file", str(port_file), "--width", str(width), "--height", str(height),
-           "--exit-with-parent", str(os.getpid())]
-    if settings is not None:
-        cmd += settings.cli_args()
-    # A session of its own: the terminal's Ctrl-C goes to `arena run`, which lets the running
-    # attempts finish within its grace period and then stops this process itself; reaching
-    # the simulation directly, it would cut those attempts short as infrastructure errors.
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                            cwd=str(_REPO_ROOT), start_new_session=True)
-    log.close()
+    args = ["--host", "127.0.0.1", "--port", "0", "--root", str(root), "--port-file", str(port_file),
+            "--width", str(width), "--height", str(height), *(settings.cli_args() if settings is not None else [])]
+    proc = _spawn(args, log_path)
     deadline = time.monotonic() + startup_timeout
 
     def tidy() -> None:
