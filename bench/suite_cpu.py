@@ -53,6 +53,7 @@ KINDS: tuple[tuple[str, str], ...] = (
     ("postgres", "PostgreSQL"),
     ("chromium", "Chromium"),
     ("exec(eval(", "pytest workers (tests run in-process)"),
+    ("[pytest-xdist ", "pytest workers (tests run in-process)"),  # as xdist names them (setproctitle)
 )
 
 

@@ -2,7 +2,8 @@
 
 Each simulation is forked from this process's fork server (:mod:`.forkserver`), which has
 imported the simulation once, so a start costs no Python start-up; set ``ARENA_SIM_START=exec``
-(or run where Linux's process file descriptors are missing) to start each one afresh.
+(or run where Linux's process file descriptors are missing) to start each one afresh
+(see :data:`.forkserver.START_ENV`).
 
 This is what the project's local VM provider calls::
 
@@ -32,11 +33,6 @@ import requests
 
 from . import forkserver
 from .quirks import QuirkSettings
-
-START_ENV = "ARENA_SIM_START"
-"""``exec`` starts every simulation as a new Python process instead of forking it from the fork
-server (each then pays its own imports, about 0.17 s of CPU): to compare the two, or to rule the
-fork server out when looking into a problem."""
 
 SimulationProcess = subprocess.Popen | forkserver.ForkedProcess
 """A simulation's process: forked (the usual) or started afresh."""
@@ -95,7 +91,7 @@ def _spawn(args: list[str], log_path: Path) -> SimulationProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH", "")]))
     env["PYTHONUNBUFFERED"] = "1"
-    if forkserver.supported() and os.environ.get(START_ENV) != "exec":
+    if forkserver.in_use():
         return forkserver.spawn(args, env=env, cwd=_REPO_ROOT, log_path=log_path)
     with open(log_path, "ab") as log:
         return subprocess.Popen([sys.executable, "-m", "adapters.waa.localenv", *args,

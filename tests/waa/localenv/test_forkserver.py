@@ -16,11 +16,17 @@ import pytest
 import requests
 
 from adapters.waa.localenv import forkserver
-from adapters.waa.localenv.launcher import START_ENV, LocalEnvError, start_local_env
+from adapters.waa.localenv.forkserver import START_ENV
+from adapters.waa.localenv.launcher import LocalEnvError, start_local_env
 
 ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.skipif(not forkserver.supported(), reason="the fork server needs Linux's pidfds")
+
+
+@pytest.fixture(autouse=True)
+def _forked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(START_ENV, raising=False)  # forked, whatever the caller's environment says
 
 
 def _gone_within(pid: int, seconds: float) -> bool:
