@@ -23,7 +23,8 @@ Protocol (Linux: file descriptors passed over Unix sockets, process file descrip
   (``--exit-with-parent``), stop within half a second.
 
 The fork server itself is single-threaded (forking a process with threads is unsafe), and the
-children close every descriptor they inherit beyond their standard three.
+children close every descriptor they inherit beyond their standard three. Its socket has no name
+on the file system: only the process that started it can ask it for anything.
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ _MESSAGE_BYTES = 1 << 20  # a request carries the environment: ample for any
 _REPLY_SECONDS = 30.0  # the fork server answers at once after its imports (0.2 s)
 TITLE = "arena simulation fork server"
 """How the fork server names itself (``ps``): not a simulation, though it runs their code."""
-
 
 START_ENV = "ARENA_SIM_START"
 """``exec`` starts every simulation as a new Python process instead of forking it from the fork
@@ -334,8 +334,8 @@ def _fork(request: dict[str, Any], main: Callable[[list[str]], int]) -> tuple[in
         setproctitle(" ".join([sys.executable, "-m", "adapters.waa.localenv", *argv]))
         sys.argv = ["python -m adapters.waa.localenv", *argv]
         code = main(argv)
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else 1
+    except SystemExit as stop:  # argparse's, as `python -m` would exit with it
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     except BaseException:
         traceback.print_exc()
     finally:
