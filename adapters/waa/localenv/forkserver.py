@@ -45,8 +45,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-# The repository root, so ``-m adapters.waa.localenv.forkserver`` resolves in the child.
-_REPO_ROOT = Path(__file__).resolve().parents[3]
+# The repository root, so ``-m adapters.waa.localenv[.forkserver]`` resolves in a new Python.
+REPO_ROOT = Path(__file__).resolve().parents[3]
 _MESSAGE_BYTES = 1 << 20  # a request carries the environment: ample for any
 _REPLY_SECONDS = 30.0  # the fork server answers at once after its imports (0.2 s)
 TITLE = "arena simulation fork server"
@@ -56,6 +56,13 @@ START_ENV = "ARENA_SIM_START"
 """``exec`` starts every simulation as a new Python process instead of forking it from the fork
 server (each then pays its own imports, about 0.17 s of CPU): to compare the two, or to rule the
 fork server out when looking into a problem."""
+
+
+def simulation_env() -> dict[str, str]:
+    """This process's environment as a new simulation Python needs it: the repository on its
+    path, its output unbuffered (its log is read while it runs)."""
+    return {**os.environ, "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
 
 
 def supported() -> bool:
@@ -214,14 +221,12 @@ class ForkServer:
             self._forget()
         if self._control is None:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            env = {**os.environ, "PYTHONUNBUFFERED": "1",
-                   "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO_ROOT), os.environ.get("PYTHONPATH")]))}
             self._errors = tempfile.TemporaryFile()  # what it says if it fails; read by _failure
             # A session of its own, as each simulation: a Ctrl-C in the terminal is for `arena run`.
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "adapters.waa.localenv.forkserver", str(theirs.fileno())],
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=self._errors, env=env, cwd=str(_REPO_ROOT), start_new_session=True,
+                stderr=self._errors, env=simulation_env(), cwd=str(REPO_ROOT), start_new_session=True,
             )
             theirs.close()
             self._control = ours

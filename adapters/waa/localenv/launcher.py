@@ -32,13 +32,12 @@ from typing import Any
 import requests
 
 from . import forkserver
+from .forkserver import REPO_ROOT
 from .quirks import QuirkSettings
 
 SimulationProcess = subprocess.Popen | forkserver.ForkedProcess
 """A simulation's process: forked (the usual) or started afresh."""
 
-# The repository root, so ``python -m adapters.waa.localenv`` resolves in the child.
-_REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 class LocalEnvError(RuntimeError):
@@ -88,16 +87,14 @@ def _spawn(args: list[str], log_path: Path) -> SimulationProcess:
     attempts finish within its grace period and then stops the simulation itself; reaching the
     simulation directly, it would cut those attempts short as infrastructure errors.
     """
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH", "")]))
-    env["PYTHONUNBUFFERED"] = "1"
+    env = forkserver.simulation_env()
     if forkserver.in_use():
-        return forkserver.spawn(args, env=env, cwd=_REPO_ROOT, log_path=log_path)
+        return forkserver.spawn(args, env=env, cwd=REPO_ROOT, log_path=log_path)
     with open(log_path, "ab") as log:
         return subprocess.Popen([sys.executable, "-m", "adapters.waa.localenv", *args,
                                  "--exit-with-parent", str(os.getpid())],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                cwd=str(_REPO_ROOT), start_new_session=True)
+                                cwd=str(REPO_ROOT), start_new_session=True)
 
 
 def start_local_env(root: Path, *, width: int = 1280, height: int = 800, startup_timeout: float = 30.0,
