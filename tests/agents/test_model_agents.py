@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from installed import require
 from PIL import Image
 
-pytest.importorskip("openai")
-pytest.importorskip("anthropic")
+require("openai", "anthropic")
 
 from fake_model_servers import (  # noqa: E402 - after the importorskips
     Fail,

@@ -13,12 +13,20 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import pytest
-from scipy.stats import binomtest
 
 from adapters.results.stats import mcnemar_exact, paired_difference_interval, unpaired_difference_interval
 from adapters.results.stats import wilson_interval
+
+
+def binomtest(k: int, n: int, p: float = 0.5) -> Any:
+    """SciPy's exact binomial test, imported at the first call rather than at collection
+    (tests/installed.py says why)."""
+    from scipy.stats import binomtest as scipy_binomtest
+
+    return scipy_binomtest(k, n, p)
 
 
 def _rounded(interval: tuple[float, float] | None) -> tuple[float, float]:

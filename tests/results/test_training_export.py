@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from installed import require
 from PIL import Image
 
 from adapters.agents.action_grammar import format_grammar_help, parse_action
@@ -20,7 +21,7 @@ from adapters.training.selection import EpisodeFilter
 from adapters.training.suites import SUITE_FILE, LeakageError
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 
-datasets = pytest.importorskip("datasets")
+require("datasets")
 CATALOG = WAATaskCatalog(bundled_suite_dir())
 
 
@@ -45,6 +46,8 @@ def test_sft_files_load_as_an_imagefolder_and_rerender_the_stored_step(bundled_r
     summary = export_training(bundled_run_db.db, EpisodeFilter(run_ids=[bundled_run_db.scripted]), "sft", out)
     stored = _stored_steps(bundled_run_db.db, bundled_run_db.scripted)
     assert summary.samples == len(stored) == summary.images and summary.episodes == 16
+
+    import datasets  # here, not at collection (tests/installed.py)
 
     dataset = datasets.load_dataset("imagefolder", data_dir=str(out), split="train",
                                     cache_dir=str(tmp_path / "hf-cache"))
@@ -72,6 +75,8 @@ def test_sft_embedded_is_openai_chat_jsonl_with_the_stored_png(bundled_run_db, t
     export_training(bundled_run_db.db, EpisodeFilter(run_ids=[bundled_run_db.scripted], domains=["notepad"]),
                     "sft", out, images="embed")
     assert not (out / "images").exists()
+    import datasets  # here, not at collection (tests/installed.py)
+
     dataset = datasets.load_dataset("json", data_files=str(out / "train.jsonl"), split="train",
                                     cache_dir=str(tmp_path / "hf-cache"))
     stored = _stored_steps(bundled_run_db.db, bundled_run_db.scripted)

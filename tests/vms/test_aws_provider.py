@@ -14,11 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from installed import require
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 boto3 = pytest.importorskip("boto3")
-pytest.importorskip("moto")
+require("moto")
 
 from moto_server import MotoServer, canned_response, ec2_error, request_params  # noqa: E402
 from pydantic import ValidationError  # noqa: E402

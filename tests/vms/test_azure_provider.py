@@ -12,10 +12,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from installed import require
 
-pytest.importorskip("azure.mgmt.compute")
-pytest.importorskip("azure.mgmt.network")
-pytest.importorskip("trustme")
+require("azure.mgmt.compute", "azure.mgmt.network", "trustme")
 
 from azure.core.credentials import AccessToken  # noqa: E402
 from fake_arm import FakeARM  # noqa: E402

@@ -17,10 +17,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from installed import require
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 boto3 = pytest.importorskip("boto3")
-pytest.importorskip("moto")
+require("moto")
 
 from botocore.awsrequest import AWSResponse  # noqa: E402
 from moto_server import MotoServer, moto_with_dummy_credentials, _Raw, canned_response  # noqa: E402
@@ -208,7 +209,7 @@ def test_doctor_cli_with_a_broken_cloud_config_is_a_failed_check(tmp_path: Path,
 
 # -- Azure ------------------------------------------------------------------------------------
 
-azure_mgmt = pytest.importorskip("azure.mgmt.compute")
+require("azure.mgmt.compute")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "images"))
 from fake_arm import vm_sku  # noqa: E402
 from fake_gallery import VERSION, FakeGalleryARM  # noqa: E402

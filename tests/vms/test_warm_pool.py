@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from installed import require
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 boto3 = pytest.importorskip("boto3")
-pytest.importorskip("moto")
-pytest.importorskip("azure.mgmt.compute")
+require("moto", "azure.mgmt.compute")
 
 from fake_arm import FakeARM  # noqa: E402
 from moto_server import MotoServer, moto_with_dummy_credentials  # noqa: E402

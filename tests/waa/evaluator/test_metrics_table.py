@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from installed import require
 
-pytest.importorskip("openpyxl")
-pytest.importorskip("pandas")
+require("openpyxl", "pandas")
 
 import openpyxl  # noqa: E402
 from openpyxl.chart import BarChart, LineChart, Reference  # noqa: E402
