@@ -45,11 +45,14 @@ _BUSY_BODY = {"exception_message": "Service Unavailable"}
 def create_app() -> ASGIApp:
     """Prefect's server app (API and UI) behind `RetryWhileBusy`, its SQLite connections waiting
     at most `BUSY_TIMEOUT_MS` for a lock: uvicorn's factory."""
-    import sqlalchemy as sa
-    from prefect.server.api.server import create_app as prefect_app
+    from adapters.import_gc import paused_for_imports
 
-    sa.event.listen(sa.pool.Pool, "checkout", _shorter_busy_timeout)
-    return RetryWhileBusy(prefect_app())
+    with paused_for_imports():  # Prefect's server imports and builds its app (adapters/import_gc.py)
+        import sqlalchemy as sa
+        from prefect.server.api.server import create_app as prefect_app
+
+        sa.event.listen(sa.pool.Pool, "checkout", _shorter_busy_timeout)
+        return RetryWhileBusy(prefect_app())
 
 
 def _shorter_busy_timeout(dbapi_connection: Any, *_: Any) -> None:

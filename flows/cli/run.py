@@ -112,6 +112,11 @@ def report_command(args: argparse.Namespace, run_id: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from adapters import import_gc
+
+    if args.owns_process:
+        # Resumed once the run's modules are imported (`_run_checked`): adapters/import_gc.py.
+        import_gc.pause()
     from adapters.agents import build_agent
     from flows.local_server import start_shared_api
     from flows.run_config import new_run_id
@@ -142,6 +147,7 @@ def _run_checked(args: argparse.Namespace, config: SuiteRunConfig, rerun: str, s
     """`arena run` once its configuration passed its checks and its server is on the way."""
     from prefect.exceptions import TerminationSignal
 
+    from adapters import import_gc
     from adapters.results.report_html import ReportError
     from adapters.store.errors import StoreUnavailable, error_text
     from adapters.store.spool import spool_dir
@@ -149,6 +155,8 @@ def _run_checked(args: argparse.Namespace, config: SuiteRunConfig, rerun: str, s
     from flows.local_server import LocalServerError, use_api
     from flows.terminal import ProgressPrinter, quiet_expected_tracebacks
 
+    if args.owns_process:
+        import_gc.resume()
     quiet_expected_tracebacks(verbose=args.verbose)
     report = ReportAhead(config.store_location)
     if args.owns_process and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:

@@ -279,8 +279,11 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: Path, log_path: Path) ->
 
 def _serve(control: socket.socket) -> None:
     """Fork a simulation for each request on `control` until it reaches end of file."""
-    from . import accessibility, launch  # noqa: F401 - imported once here, not in every child
-    from .__main__ import main
+    from adapters.import_gc import paused_for_imports
+
+    with paused_for_imports():  # and frozen: no child's collector walks them (adapters/import_gc.py)
+        from . import accessibility, launch  # noqa: F401 - imported once here, not in every child
+        from .__main__ import main
 
     children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, the asker's channel)
     events = selectors.DefaultSelector()
