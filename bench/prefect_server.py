@@ -4,22 +4,23 @@ with its settings (flows.local_server.serving_app), the server `arena run` uses.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 
 @contextmanager
-def server_for_this_process(home: Path, log: Path) -> Iterator[str]:
-    """The local server's app on a free port (Prefect home `home`, output in `log`), made this
-    process's Prefect API for the block (`api_for_this_block`); yields its URL. Also the
-    process-wide settings, as Prefect's own test harness does (with its private helper): threads
-    started without this context would otherwise start a temporary server of their own."""
+def server_for_this_process(home: Path, log: Path, settings: Mapping[str, str] | None = None) -> Iterator[str]:
+    """The local server's app on a free port (Prefect home `home`, output in `log`, further Prefect
+    `settings` if given), made this process's Prefect API for the block (`api_for_this_block`);
+    yields its URL. Also the process-wide settings, as Prefect's own test harness does (with its
+    private helper): threads started without this context would otherwise start a temporary
+    server of their own."""
     from prefect.context import _temporary_global_settings_context, get_settings_context
 
     from flows.local_server import serving_app
 
-    with serving_app(home, log) as api_url, api_for_this_block(api_url):
+    with serving_app(home, log, settings) as api_url, api_for_this_block(api_url):
         with _temporary_global_settings_context(get_settings_context()):
             yield api_url
 

@@ -42,7 +42,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -536,11 +536,12 @@ def _end(server: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def serving_app(home: Path, log: Path) -> Iterator[str]:
+def serving_app(home: Path, log: Path, settings: Mapping[str, str] | None = None) -> Iterator[str]:
     """The local server's app with its settings, in the foreground and without a supervisor, on
     a free port with its Prefect home at `home` and its output in `log`, for the block: the
-    server the tests and benchmarks run flows on. Yields its API URL; stops it (and nothing else)
-    at the end, and with this process even when that is killed."""
+    server the tests and benchmarks run flows on. Further Prefect `settings` (environment
+    variables) are the caller's. Yields its API URL; stops it (and nothing else) at the end, and
+    with this process even when that is killed."""
     port = _free_port()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")},
@@ -548,6 +549,7 @@ def serving_app(home: Path, log: Path) -> Iterator[str]:
         "PREFECT_HOME": str(home),
         "PREFECT_UI_ENABLED": "false",
         "PREFECT_LOGGING_LEVEL": "WARNING",
+        **(settings or {}),
     }
     with log.open("ab") as out:
         server = subprocess.Popen(server_command(port), env=env, stdin=subprocess.DEVNULL, stdout=out,

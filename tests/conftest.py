@@ -155,12 +155,13 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One Prefect server for every flow test of the test process: the local server's app, as
     `arena run` starts it, on an already-migrated home (tests/prefect_home.py: about 5 s of
     start-up saved per test process)."""
-    from prefect_home import seeded_home
+    from prefect_home import SEEDED_SERVER_SETTINGS, seeded_home
 
     from bench.prefect_server import server_for_this_process
 
     folder = tmp_path_factory.mktemp("prefect-server")
-    with server_for_this_process(seeded_home(folder / "home"), folder / "server.log") as api_url:
+    with server_for_this_process(seeded_home(folder / "home"), folder / "server.log",
+                                 SEEDED_SERVER_SETTINGS) as api_url:
         _session_api.append(api_url)
         try:
             yield

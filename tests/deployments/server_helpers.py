@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import requests
 
-from prefect_home import DATABASE, PREFECT_BIN, seeded_home
+from prefect_home import DATABASE, PREFECT_BIN, SEEDED_SERVER_SETTINGS, seeded_home
 
 PROJECT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -102,6 +102,7 @@ class PrefectServer:
             "PREFECT_LOGGING_LEVEL": "WARNING",
             # Scheduled runs appear within seconds of a deployment being (re)activated.
             "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",
+            **SEEDED_SERVER_SETTINGS,
             **self.env,
         }
         with self.log.open("ab") as out:

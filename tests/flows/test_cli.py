@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from prefect_home import seeded_home
+from prefect_home import SEEDED_SERVER_SETTINGS, seeded_home
 
 from flows.cli import main
 
@@ -124,7 +124,7 @@ def test_ctrl_c_or_sigterm_stops_the_run_keeps_its_results_and_exits_130_or_143(
 
     # Its own local Prefect server, as a user's first `arena run` gets (its database migrated beforehand).
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env["PREFECT_HOME"] = str(seeded_home(tmp_path / "prefect"))
+    env.update(PREFECT_HOME=str(seeded_home(tmp_path / "prefect")), **SEEDED_SERVER_SETTINGS)
     progress = tmp_path / "art" / "ctrl-c" / "progress.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "flows.cli", "run", "--run-id", "ctrl-c", "--quirks", "--pool-size", "1",
@@ -177,7 +177,7 @@ def test_sigkill_of_arena_run_leaves_no_process_behind(tmp_path: Path) -> None:
     import psutil
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env["PREFECT_HOME"] = str(seeded_home(tmp_path / "prefect"))
+    env.update(PREFECT_HOME=str(seeded_home(tmp_path / "prefect")), **SEEDED_SERVER_SETTINGS)
     env["ARENA_LOCAL_SERVER_IDLE_SECONDS"] = "3"
     progress = tmp_path / "art" / "killed" / "progress.json"
     proc = subprocess.Popen(

@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
-from prefect_home import DATABASE, seeded_home
+from prefect_home import DATABASE, SEEDED_SERVER_SETTINGS, seeded_home
 
 from flows.cli import main
 from flows.doctor import local_server_lines
@@ -44,7 +44,7 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> str:
 def _user(home: Path, database: str) -> tuple[subprocess.Popen[str], dict[str, object]]:
     """A process using the shared server of `home` until its stdin gets a line; and the record
     of the server it uses."""
-    env = {**_env(home, LONG_IDLE), "PREFECT_SERVER_DATABASE_CONNECTION_URL": database}
+    env = {**_env(home, LONG_IDLE), "PREFECT_SERVER_DATABASE_CONNECTION_URL": database, **SEEDED_SERVER_SETTINGS}
     user = subprocess.Popen([sys.executable, "-c", USER, str(home)], cwd=ROOT, env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert user.stdout is not None
@@ -187,7 +187,7 @@ def test_a_server_started_for_a_run_that_ended_before_using_it_is_let_go(tmp_pat
     that ends before it takes the server releases it once it is up, so the server stops when
     idle even while that process lives on (`arena run` called from Python, a test worker)."""
     home = tmp_path / "prefect"
-    env = {**_env(home, "1"), "PREFECT_SERVER_DATABASE_CONNECTION_URL": database, "PYTHONPATH": str(ROOT)}
+    env = {**_env(home, "1"), "PREFECT_SERVER_DATABASE_CONNECTION_URL": database, **SEEDED_SERVER_SETTINGS, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen([sys.executable, "-c", ABANDONED_START, str(home)], cwd=ROOT, env=env,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     record: dict[str, object] = {}
@@ -221,7 +221,7 @@ def test_arena_runs_in_deleted_temporary_homes_leave_no_server(tmp_path: Path) -
         with (home.parent / "stderr.txt").open("w") as log:
             runs.append(subprocess.Popen(
                 [sys.executable, "-m", "flows.cli", "run", "--task", "notepad-append-line", "--pool-size", "1"],
-                cwd=home.parent, env={**_env(home, str(idle)), "PYTHONPATH": str(ROOT)},
+                cwd=home.parent, env={**_env(home, str(idle)), **SEEDED_SERVER_SETTINGS, "PYTHONPATH": str(ROOT)},
                 stdout=subprocess.DEVNULL, stderr=log, text=True))
     completes, killed = runs
     records: list[dict[str, object]] = []
@@ -368,7 +368,7 @@ def test_the_server_is_held_until_the_runs_background_bookkeeping_ends(tmp_path:
     call left a traceback in three concurrent `arena run`s). A call that gives up warns on the
     console only, without a traceback, even after the main thread has ended."""
     home = tmp_path / "prefect"
-    env = {**_env(home, "1"), "PREFECT_SERVER_DATABASE_CONNECTION_URL": database, "PYTHONPATH": str(ROOT)}
+    env = {**_env(home, "1"), "PREFECT_SERVER_DATABASE_CONNECTION_URL": database, **SEEDED_SERVER_SETTINGS, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", LATE_BOOKKEEPING], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -404,7 +404,7 @@ def test_clients_of_the_plain_http_local_server_load_its_one_certificate_ca_file
     assert "PRIVATE KEY" not in PLAIN_HTTP_CA_FILE.read_text()
     home = tmp_path / "prefect"
     users_ca = str(tmp_path / "no-such-ca.pem")
-    env = {**_env(home, "1"), "PREFECT_SERVER_DATABASE_CONNECTION_URL": database, "PYTHONPATH": str(ROOT),
+    env = {**_env(home, "1"), "PREFECT_SERVER_DATABASE_CONNECTION_URL": database, **SEEDED_SERVER_SETTINGS, "PYTHONPATH": str(ROOT),
            "PREFECT_API_SSL_CERT_FILE": users_ca}
     done = subprocess.run([sys.executable, "-c", CA_FILE_IN_USE], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=240)

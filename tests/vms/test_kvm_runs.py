@@ -25,7 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/vms has no __init__.py
 
 from kvm_guest import qemu_under, skip_reason  # noqa: E402
-from prefect_home import seeded_home  # noqa: E402
+from prefect_home import SEEDED_SERVER_SETTINGS, seeded_home  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,7 +49,7 @@ def world() -> Iterator[dict[str, Path]]:
 
 def arena_run(world: dict[str, Path], run_id: str, *args: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "ARENA_"))}
-    env["PREFECT_HOME"] = str(world["prefect"])
+    env.update(PREFECT_HOME=str(world["prefect"]), **SEEDED_SERVER_SETTINGS)
     env["ARENA_LOCAL_SERVER_IDLE_SECONDS"] = "60"  # one local Prefect server for the module's runs
     return subprocess.Popen(
         [sys.executable, "-m", "flows.cli", "run", "--provider", "kvm", "--cloud-config", str(world["config"]),
