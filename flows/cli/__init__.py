@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 from flows.cli import cloud, deployments, preflight, results, run, tasks
 from flows.cli.common import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OVER_BUDGET, EXIT_STORE_FAILED,
-                              EXIT_TERMINATED, RUN_EXIT_CODES, ArenaParser, LazyChoices, option_errors)
+                              EXIT_TERMINATED, RUN_EXIT_CODES, ArenaParser, CtrlC, LazyChoices, option_errors)
 from flows.cli.deployments import SERVED_DEPLOYMENTS
 from flows.cli.results import write_run_report
 
@@ -80,6 +80,13 @@ def _bad_input(exc: Exception, command: argparse.ArgumentParser) -> str | None:
     return str(exc) if isinstance(exc, (StoreError, ExportError)) else None
 
 
+def _interrupted() -> int:
+    """Ctrl-C where the command does not handle it itself (`arena run` does once its run is under
+    way; before that it is importing what it runs): one line, not a traceback."""
+    print("arena: interrupted", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `arena` console command."""
     # The Prefect server's analytics cannot reach the internet here and only log failures.
@@ -102,7 +109,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (`arena report latest | head`): stop quietly, as other tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILED
+    except KeyboardInterrupt:
+        return _interrupted()
     except Exception as exc:
+        if CtrlC.came:  # a Ctrl-C that a library reported as an error of its own
+            return _interrupted()
         problem = _bad_input(exc, args.command_parser)
         if problem is None:
             raise

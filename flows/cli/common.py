@@ -14,6 +14,7 @@ import difflib
 import os
 import shlex
 import shutil
+import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -36,6 +37,24 @@ EXIT_OVER_BUDGET = 4  # as a run stopped by its budget; `arena plan --max-cost` 
 
 
 EXIT_INTERRUPTED = 130  # the shell's code for a process stopped by Ctrl-C (128 + SIGINT)
+
+
+class CtrlC:
+    """Ctrl-C (SIGINT) for a command that owns its process: raises KeyboardInterrupt, as Python's
+    own handler does, and remembers that it came, since a library can turn that exception into
+    one of its own on the way up (pydantic reports it as a serialization error)."""
+
+    came = False
+
+    @classmethod
+    def handle(cls) -> None:
+        """Install the handler, also where SIGINT was ignored (a background job of a script)."""
+        signal.signal(signal.SIGINT, cls._on_sigint)
+
+    @classmethod
+    def _on_sigint(cls, signum: int, frame: object) -> None:
+        cls.came = True
+        raise KeyboardInterrupt
 
 
 EXIT_TERMINATED = 143  # and by SIGTERM (128 + SIGTERM): `kill`, `docker stop`, systemd

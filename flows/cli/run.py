@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import errno
 import shutil
-import signal
 import socket
 import sys
 import tempfile
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from adapters.vms.defaults import DEFAULT_SERVER_WAIT_SECONDS
 from flows.cli.common import (AGENT_CHOICES, DB_HELP, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_STORE_FAILED,
                               EXIT_TERMINATED, RESET_LEVEL_CHOICES, RUN_EXIT_CODES, RUN_PROVIDER_CHOICES, command_line,
-                              option_errors, pairs, seconds, settle, store_location)
+                              CtrlC, option_errors, pairs, seconds, settle, store_location)
 from flows.cli.results import write_run_report
 
 if TYPE_CHECKING:  # imported when a run starts: `arena --help` must stay quick
@@ -117,6 +116,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.owns_process:
         # Resumed once the run's modules are imported (`_run_checked`): adapters/import_gc.py.
         import_gc.pause()
+        # Ctrl-C stops the run from its first moment, also where it was started with SIGINT
+        # ignored (a background job of a script): a person's Ctrl-C, or a SIGINT sent on purpose.
+        CtrlC.handle()
     from adapters.agents import build_agent
     from flows.local_server import start_shared_api
     from flows.run_config import new_run_id
@@ -159,10 +161,6 @@ def _run_checked(args: argparse.Namespace, config: SuiteRunConfig, rerun: str, s
         import_gc.resume()
     quiet_expected_tracebacks(verbose=args.verbose)
     report = ReportAhead(config.store_location)
-    if args.owns_process and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        # Started with Ctrl-C ignored (a background job of a script, nohup): a person's Ctrl-C, or
-        # a SIGINT sent on purpose, still stops the run cleanly.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.owns_process:
         from flows.cancellation import terminate_on_sigterm
         from flows.reaper import start_reaper

@@ -163,6 +163,36 @@ def test_ctrl_c_or_sigterm_stops_the_run_keeps_its_results_and_exits_130_or_143(
     assert [c.pid for c in children if is_simulation(c)] == []
 
 
+@pytest.mark.parametrize("ignored", [False, True], ids=["ctrl-c", "ctrl-c-ignored-by-the-shell"])
+def test_ctrl_c_in_the_runs_first_moment_is_one_line_and_exit_130(ignored: bool, tmp_path: Path) -> None:
+    """Ctrl-C while `arena run` is still importing what it runs: `arena: interrupted`, exit 130,
+    no traceback (it was Python's traceback of an import, killed by the signal). Also where it
+    was started with SIGINT ignored, as a script's background job is: a SIGINT still stops it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(seeded_home(tmp_path / "prefect")), **SEEDED_SERVER_SETTINGS)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "run", "--db", str(tmp_path / "arena.duckdb"),
+         "--artifacts", str(tmp_path / "art")],
+        cwd=Path(__file__).resolve().parents[2], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored else None,
+    )
+    try:
+        time.sleep(0.3)  # Python has started; the run's imports take a second or more here
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and err.splitlines()[-1].startswith("arena: interrupted"), err[-2000:]
+
+
 def test_sigkill_of_arena_run_leaves_no_process_behind(tmp_path: Path) -> None:
     """`kill -9` of `arena run` (the OOM killer, a CI timeout) gives it no chance to clean up:
     its watcher still ends every simulation it started, and the local Prefect server it started
