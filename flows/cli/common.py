@@ -39,6 +39,18 @@ EXIT_OVER_BUDGET = 4  # as a run stopped by its budget; `arena plan --max-cost` 
 EXIT_INTERRUPTED = 130  # the shell's code for a process stopped by Ctrl-C (128 + SIGINT)
 
 
+EXIT_TERMINATED = 143  # and by SIGTERM (128 + SIGTERM): `kill`, `docker stop`, systemd
+
+
+EXIT_STORE_FAILED = 6  # the results store failed mid-run: finished results wait in the run's spool
+
+
+RUN_EXIT_CODES: dict[str, int] = {
+    "completed": 0, "failed": EXIT_FAILED, "incomplete": 3, "budget_exhausted": EXIT_OVER_BUDGET, "cancelled": 5,
+    "interrupted": EXIT_INTERRUPTED, "store_failed": EXIT_STORE_FAILED,
+}
+
+
 class CtrlC:
     """Ctrl-C (SIGINT) for a command that owns its process: raises KeyboardInterrupt, as Python's
     own handler does, and remembers that it came, since a library can turn that exception into
@@ -55,18 +67,6 @@ class CtrlC:
     def _on_sigint(cls, signum: int, frame: object) -> None:
         cls.came = True
         raise KeyboardInterrupt
-
-
-EXIT_TERMINATED = 143  # and by SIGTERM (128 + SIGTERM): `kill`, `docker stop`, systemd
-
-
-EXIT_STORE_FAILED = 6  # the results store failed mid-run: finished results wait in the run's spool
-
-
-RUN_EXIT_CODES: dict[str, int] = {
-    "completed": 0, "failed": EXIT_FAILED, "incomplete": 3, "budget_exhausted": EXIT_OVER_BUDGET, "cancelled": 5,
-    "interrupted": EXIT_INTERRUPTED, "store_failed": EXIT_STORE_FAILED,
-}
 
 
 DB_HELP = (
