@@ -19,7 +19,7 @@ from PIL import Image
 
 require("openai", "anthropic")
 
-from fake_model_servers import (  # noqa: E402 - after the importorskips
+from fake_model_servers import (  # noqa: E402 - after the check that the SDKs are installed
     Fail,
     FakeModelServer,
     RecordedRequest,
