@@ -174,6 +174,8 @@ def test_ctrl_c_in_the_runs_first_moment_is_one_line_and_exit_130(ignored: bool,
     import sys
     import time
 
+    import psutil
+
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PREFECT_HOME=str(seeded_home(tmp_path / "prefect")), **SEEDED_SERVER_SETTINGS)
     proc = subprocess.Popen(
@@ -183,13 +185,20 @@ def test_ctrl_c_in_the_runs_first_moment_is_one_line_and_exit_130(ignored: bool,
         preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored else None,
     )
     try:
-        time.sleep(0.3)  # Python has started; the run's imports take a second or more here
+        # Its first child (the simulations' fork server, or the local server's start) comes once
+        # its options are checked, while it imports Prefect and the flow: a second or more here.
+        deadline = time.monotonic() + 60
+        while not psutil.Process(proc.pid).children() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err[-2000:]
+    # 130, or ended by SIGINT, which a shell shows as 130 too: CPython itself sometimes ends the
+    # process with kill(itself, SIGINT) after the handled Ctrl-C (seen 1 time in 16 under strace,
+    # after our line was printed), when the interrupt arrived inside an import.
+    assert proc.returncode in (130, -signal.SIGINT), err[-2000:]
     assert "Traceback" not in err and err.splitlines()[-1].startswith("arena: interrupted"), err[-2000:]
 
 
