@@ -78,3 +78,10 @@ def seeded_home(home: Path) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(_template(), home / DATABASE)
     return home
+
+
+def seeded_run_env(home: Path) -> dict[str, str]:
+    """This process's environment without Prefect's settings, for an `arena run` whose own local
+    server lives in `home`, seeded (`seeded_home`) and told to skip registering block types."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    return {**env, "PREFECT_HOME": str(seeded_home(home)), **SEEDED_SERVER_SETTINGS}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from prefect_home import SEEDED_SERVER_SETTINGS, seeded_home
+from prefect_home import seeded_run_env
 
 from flows.cli import main
 
@@ -113,7 +113,6 @@ def test_ctrl_c_or_sigterm_stops_the_run_keeps_its_results_and_exits_130_or_143(
     attempts recorded, status 'interrupted', one line naming the resume command, exit 130 or
     143, no simulation left behind."""
     import json
-    import os
     import signal
     import subprocess
     import sys
@@ -123,8 +122,7 @@ def test_ctrl_c_or_sigterm_stops_the_run_keeps_its_results_and_exits_130_or_143(
     import psutil
 
     # Its own local Prefect server, as a user's first `arena run` gets (its database migrated beforehand).
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(seeded_home(tmp_path / "prefect")), **SEEDED_SERVER_SETTINGS)
+    env = seeded_run_env(tmp_path / "prefect")
     progress = tmp_path / "art" / "ctrl-c" / "progress.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "flows.cli", "run", "--run-id", "ctrl-c", "--quirks", "--pool-size", "1",
@@ -168,7 +166,6 @@ def test_ctrl_c_in_the_runs_first_moment_is_one_line_and_exit_130(ignored: bool,
     """Ctrl-C while `arena run` is still importing what it runs: `arena: interrupted`, exit 130,
     no traceback (it was Python's traceback of an import, killed by the signal). Also where it
     was started with SIGINT ignored, as a script's background job is: a SIGINT still stops it."""
-    import os
     import signal
     import subprocess
     import sys
@@ -176,8 +173,7 @@ def test_ctrl_c_in_the_runs_first_moment_is_one_line_and_exit_130(ignored: bool,
 
     import psutil
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(seeded_home(tmp_path / "prefect")), **SEEDED_SERVER_SETTINGS)
+    env = seeded_run_env(tmp_path / "prefect")
     proc = subprocess.Popen(
         [sys.executable, "-m", "flows.cli", "run", "--db", str(tmp_path / "arena.duckdb"),
          "--artifacts", str(tmp_path / "art")],
@@ -207,7 +203,6 @@ def test_sigkill_of_arena_run_leaves_no_process_behind(tmp_path: Path) -> None:
     its watcher still ends every simulation it started, and the local Prefect server it started
     stops once idle, as nobody uses it any more."""
     import json
-    import os
     import signal
     import subprocess
     import sys
@@ -215,8 +210,7 @@ def test_sigkill_of_arena_run_leaves_no_process_behind(tmp_path: Path) -> None:
 
     import psutil
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(seeded_home(tmp_path / "prefect")), **SEEDED_SERVER_SETTINGS)
+    env = seeded_run_env(tmp_path / "prefect")
     env["ARENA_LOCAL_SERVER_IDLE_SECONDS"] = "3"
     progress = tmp_path / "art" / "killed" / "progress.json"
     proc = subprocess.Popen(

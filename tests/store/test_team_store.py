@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from prefect_home import SEEDED_SERVER_SETTINGS, seeded_home
+from prefect_home import seeded_run_env
 
 from adapters.benchmark import ActionType, BenchmarkAction, BenchmarkResult, OutcomeKind, StepRecord
 from adapters.results.metrics import compute_run_metrics
@@ -116,9 +116,8 @@ def test_two_controllers_at_once_land_in_one_team_store_and_every_command_reads_
 ) -> None:
     """Two `arena run` processes (two controllers; on two hosts they would differ only in host
     name) write the team store at once; report, compare, sql and export read it."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(seeded_home(tmp_path / "prefect")), **SEEDED_SERVER_SETTINGS, ARENA_LOCAL_SERVER_IDLE_SECONDS="3",
-               ARENA_STORE_URL=team, PYTHONPATH=str(ROOT))
+    env = seeded_run_env(tmp_path / "prefect")
+    env.update(ARENA_LOCAL_SERVER_IDLE_SECONDS="3", ARENA_STORE_URL=team, PYTHONPATH=str(ROOT))
     hosts = [tmp_path / f"host-{i}" for i in range(2)]  # each controller its own working directory
     for host in hosts:
         host.mkdir()

@@ -39,7 +39,6 @@ SimulationProcess = subprocess.Popen | forkserver.ForkedProcess
 """A simulation's process: forked (the usual) or started afresh."""
 
 
-
 class LocalEnvError(RuntimeError):
     """The simulation process failed to start."""
 
