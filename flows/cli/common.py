@@ -54,19 +54,43 @@ RUN_EXIT_CODES: dict[str, int] = {
 class CtrlC:
     """Ctrl-C (SIGINT) for a command that owns its process: raises KeyboardInterrupt, as Python's
     own handler does, and remembers that it came, since a library can turn that exception into
-    one of its own on the way up (pydantic reports it as a serialization error)."""
+    one of its own on the way up (pydantic reports it as a serialization error).
+
+    A KeyboardInterrupt that lands inside a weakref callback or a `__del__` (the import system's
+    module locks have one; a second of imports runs thousands) cannot propagate: Python prints
+    "Exception ignored in ..." and goes on, and the Ctrl-C would be lost. Such a one is delivered
+    again, once that callback has returned.
+    """
 
     came = False
+
+    # The pause before a swallowed Ctrl-C is delivered again: long enough for the callback that
+    # swallowed it to return, short next to a person's patience.
+    REDELIVER_AFTER_S = 0.05
 
     @classmethod
     def handle(cls) -> None:
         """Install the handler, also where SIGINT was ignored (a background job of a script)."""
         signal.signal(signal.SIGINT, cls._on_sigint)
+        sys.unraisablehook = cls._on_unraisable
 
     @classmethod
     def _on_sigint(cls, signum: int, frame: object) -> None:
         cls.came = True
         raise KeyboardInterrupt
+
+    @staticmethod
+    def _on_unraisable(unraisable: sys.UnraisableHookArgs) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            # Sent from another thread after a pause: raised here, the interrupt would land in
+            # this hook, and be swallowed once more.
+            import threading
+
+            timer = threading.Timer(CtrlC.REDELIVER_AFTER_S, os.kill, (os.getpid(), signal.SIGINT))
+            timer.daemon = True
+            timer.start()
+            return
+        sys.__unraisablehook__(unraisable)
 
 
 DB_HELP = (

@@ -198,6 +198,35 @@ def test_ctrl_c_in_the_runs_first_moment_is_one_line_and_exit_130(ignored: bool,
     assert "Traceback" not in err and err.splitlines()[-1].startswith("arena: interrupted"), err[-2000:]
 
 
+def test_a_ctrl_c_that_python_swallows_in_a_weakref_callback_is_delivered_again() -> None:
+    """A KeyboardInterrupt raised inside a weakref callback cannot propagate: Python prints
+    "Exception ignored in ..." and goes on. It happened in CI: a Ctrl-C landed in a callback of
+    the import system's module locks while `arena run` imported Prefect, and the run went on to
+    the end. Here a callback takes the Ctrl-C; the long sleep after it must be interrupted."""
+    import subprocess
+    import sys
+
+    script = """
+import signal, sys, time, weakref
+from flows.cli.common import CtrlC
+
+CtrlC.handle()
+class Lock: pass
+lock = Lock()
+ref = weakref.ref(lock, lambda _: signal.raise_signal(signal.SIGINT))  # Ctrl-C lands in the callback
+try:
+    del lock
+    time.sleep(20)
+    print("not interrupted")
+except KeyboardInterrupt:
+    print("interrupted", CtrlC.came)
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "interrupted True", done.stdout + done.stderr
+    assert "Exception ignored" not in done.stderr, done.stderr
+
+
 def test_sigkill_of_arena_run_leaves_no_process_behind(tmp_path: Path) -> None:
     """`kill -9` of `arena run` (the OOM killer, a CI timeout) gives it no chance to clean up:
     its watcher still ends every simulation it started, and the local Prefect server it started
