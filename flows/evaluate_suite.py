@@ -223,6 +223,26 @@ def _evaluate(config: SuiteRunConfig) -> RunOutcome:
             return best_effort("counting the run's results",
                                lambda: run_completeness(store, run_id, tasks, budget, trials), retry_for=0)
 
+        stop_seen: tuple[str, str] | None = None
+
+        def stopped(stop: BaseException | None) -> tuple[str, str]:
+            """A stopped run's status and who stopped it: "prefect" for a cancellation (also one
+            that came with a runner's SIGTERM), else "ctrl-c" or "sigterm". Asked once."""
+            nonlocal stop_seen
+            if stop_seen is None:
+                if request.cancelled.is_set() or cancellation_requested():
+                    stop_seen = ("cancelled", "prefect")
+                else:
+                    stop_seen = ("interrupted", "ctrl-c" if isinstance(stop, KeyboardInterrupt) else "sigterm")
+            return stop_seen
+
+        def store_stop(stop: BaseException | None) -> None:
+            # Before the pool's teardown (PoolRunRequest.on_stop); stored again with the rest below.
+            status = stopped(stop)[0]
+            best_effort(f"storing the run's status ({status})", lambda: store.finish_run(run_id, status), retry_for=0)
+
+        request.on_stop = store_stop
+
         try:
             with watch_cancellation(request.cancelled), Heartbeat(lambda: store.heartbeat(run_id, controller)):
                 if config.shards:
@@ -241,7 +261,7 @@ def _evaluate(config: SuiteRunConfig) -> RunOutcome:
                 store_failure = request.unstored.outage or "the store did not take every result"
                 status = STORE_FAILED
             elif request.cancelled.is_set():
-                status, stopped_by = "cancelled", "prefect"
+                status, stopped_by = stopped(None)
             else:
                 status = completeness.status
         except StoreUnavailable as exc:
@@ -251,9 +271,7 @@ def _evaluate(config: SuiteRunConfig) -> RunOutcome:
         except (KeyboardInterrupt, TerminationSignal) as stop:
             # Ctrl-C, a runner stopping a cancelled run, another SIGTERM: recorded attempts stand
             # and a resume finishes the run. The flow ends in Cancelled, never Crashed.
-            cancelled = cancellation_requested()
-            status = "cancelled" if cancelled else "interrupted"
-            stopped_by = "prefect" if cancelled else "ctrl-c" if isinstance(stop, KeyboardInterrupt) else "sigterm"
+            status, stopped_by = stopped(stop)
             completeness = counted_so_far()
         except BaseException as error:
             # An error on the way out of a cancelled run (a runner's SIGTERM can land in the

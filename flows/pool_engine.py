@@ -39,7 +39,7 @@ import concurrent.futures
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,6 +116,11 @@ class PoolRunRequest:
     # The pool's hedging (flows/hedging.py) once its lanes started, None when off: its `stats`
     # go to the run's summary.
     hedging: Hedging | None = None
+    # Called once the lanes have stopped for a Ctrl-C or SIGTERM (with that exception) or a
+    # cancellation from Prefect (with None), before the pool is torn down: the caller stores the
+    # run's status then, since a runner SIGKILLs a cancelled run 30 s after its SIGTERM and a
+    # cloud pool's teardown can take longer (Azure deletes a VM in minutes).
+    on_stop: Callable[[BaseException | None], None] | None = None
 
 
 @contextmanager
@@ -324,7 +329,8 @@ def evaluate_on_pool(request: PoolRunRequest, todo: list[WorkUnit]) -> list[Benc
     label = r.run_id[-6:] if r.shard is None else f"{r.run_id[-6:]}-s{r.shard}"
     pool = VMPool(provider, size=min(config.pool_size, len(todo)), run_id=label)
     try:
-        return _evaluate(r, pool, todo, resources)
+        with _stop_told_first(r):
+            return _evaluate(r, pool, todo, resources)
     finally:
         pool.teardown()
         provider_leftovers(provider, resources, get_run_logger())
@@ -341,7 +347,8 @@ def _on_warm_pool(r: PoolRunRequest, todo: list[WorkUnit]) -> list[BenchmarkResu
     try:
         with warm_pool_lease(name, config.warm_pool_wait_seconds):
             try:
-                return _evaluate(r, pool, todo, f"{pool_resource_id(name)}-{r.run_id[-6:]}")
+                with _stop_told_first(r):
+                    return _evaluate(r, pool, todo, f"{pool_resource_id(name)}-{r.run_id[-6:]}")
             finally:
                 pool.teardown()
     except WarmPoolBusy as exc:
@@ -350,6 +357,20 @@ def _on_warm_pool(r: PoolRunRequest, todo: list[WorkUnit]) -> list[BenchmarkResu
         return []
     finally:
         provider.close()
+
+
+@contextmanager
+def _stop_told_first(r: PoolRunRequest) -> Iterator[None]:
+    """Around the lanes, inside the pool's teardown: a stopped run (Ctrl-C, SIGTERM, a
+    cancellation from Prefect) is told to `r.on_stop` before the teardown starts."""
+    try:
+        yield
+    except (KeyboardInterrupt, TerminationSignal) as stop:
+        if r.on_stop is not None:
+            r.on_stop(stop)
+        raise
+    if r.cancelled.is_set() and r.on_stop is not None:
+        r.on_stop(None)
 
 
 def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[WorkUnit], resources: str) -> list[BenchmarkResult]:

@@ -1,0 +1,107 @@
+"""A stopped run's status is stored before its pool is torn down.
+
+A Prefect runner or worker SIGKILLs a cancelled flow run's process 30 s after its SIGTERM, and a
+cloud pool's teardown can take longer than that (Azure deletes a VM in minutes). A status stored
+only after the teardown was then never stored: the run read `running`, later `abandoned`,
+though someone had cancelled it (seen once under load in the served-run cancellation test).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from prefect.exceptions import TerminationSignal
+
+from adapters.store.duckdb_store import ResultStore
+from adapters.vms.local import LocalSimulationProvider
+from adapters.vms.registry import PROVIDERS, ProviderSettings
+
+
+@pytest.mark.parametrize("stop", [TerminationSignal(signal=15), KeyboardInterrupt()], ids=["sigterm", "ctrl-c"])
+def test_a_stop_is_told_before_the_teardown_and_still_raised(stop: BaseException) -> None:
+    from flows.pool_engine import PoolRunRequest, _stop_told_first
+
+    events: list[str] = []
+    request = PoolRunRequest.__new__(PoolRunRequest)  # only its stop fields are used here
+    request.cancelled, request.on_stop = threading.Event(), lambda seen: events.append(f"told {type(seen).__name__}")
+    with pytest.raises(type(stop)):
+        try:
+            with _stop_told_first(request):
+                raise stop
+        finally:
+            events.append("teardown")
+    assert events == [f"told {type(stop).__name__}", "teardown"]
+
+
+def test_a_run_that_ends_by_itself_tells_nothing() -> None:
+    from flows.pool_engine import PoolRunRequest, _stop_told_first
+
+    told: list[object] = []
+    request = PoolRunRequest.__new__(PoolRunRequest)
+    request.cancelled, request.on_stop = threading.Event(), told.append
+    with _stop_told_first(request):
+        pass
+    with pytest.raises(ValueError), _stop_told_first(request):
+        raise ValueError("an error is the run's own, not a stop")
+    assert told == []
+
+
+def test_a_cancelled_runs_status_is_stored_before_its_provider_is_closed(prefect_server: None, tmp_path: Path) -> None:
+    """Cancel (the UI's Cancel) an in-process run once an attempt is recorded: when the pool is
+    torn down and the provider closed, the store already says `cancelled`."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelling
+
+    from flows.evaluate_suite import run_suite
+    from flows.run_config import SuiteRunConfig
+
+    db, artifacts, run_id = tmp_path / "arena.duckdb", tmp_path / "art", "stop-order"
+    at_close: list[str | None] = []
+
+    class StatusAtClose(LocalSimulationProvider):
+        """The simulation, reading the run's stored status as the teardown's last step runs."""
+
+        def close(self) -> None:
+            with ResultStore(db, read_only=True) as store:
+                run = store.get_run(run_id)
+            at_close.append(run.status if run is not None else None)
+            super().close()
+
+    def build(settings: ProviderSettings) -> LocalSimulationProvider:
+        return StatusAtClose(quirks=settings.quirks)
+
+    flow_run_ids: list[str] = []
+
+    def cancel_after_an_attempt() -> None:
+        progress = artifacts / run_id / "progress.json"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if json.loads(progress.read_text()).get("attempts_recorded", 0) >= 1 and flow_run_ids:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.1)
+        with get_client(sync_client=True) as client:
+            client.set_flow_run_state(flow_run_ids[0], Cancelling(message="cancelled by the test"), force=True)
+
+    PROVIDERS.add("local-status-at-close", build)
+    canceller = threading.Thread(target=cancel_after_an_attempt, daemon=True)
+    try:
+        canceller.start()
+        outcome = run_suite(
+            SuiteRunConfig(agent="scripted", provider="local-status-at-close", quirks=True, pool_size=1,
+                           hedging="off", db_path=db, artifacts_dir=artifacts, run_id=run_id),
+            announce=lambda url: flow_run_ids.append(url.rstrip("/").rsplit("/", 1)[-1]),
+        )
+    finally:
+        del PROVIDERS["local-status-at-close"]
+        canceller.join(timeout=5)
+    assert (outcome.status, outcome.stopped_by) == ("cancelled", "prefect"), outcome.table
+    assert at_close == ["cancelled"]
+    with ResultStore(db, read_only=True) as store:
+        assert store.get_run(run_id).status == "cancelled"
