@@ -67,30 +67,33 @@ class CtrlC:
     # The pause before a swallowed Ctrl-C is delivered again: long enough for the callback that
     # swallowed it to return, short next to a person's patience.
     REDELIVER_AFTER_S = 0.05
+    _next_hook: Callable[[sys.UnraisableHookArgs], Any] = staticmethod(sys.__unraisablehook__)
 
     @classmethod
     def handle(cls) -> None:
         """Install the handler, also where SIGINT was ignored (a background job of a script)."""
         signal.signal(signal.SIGINT, cls._on_sigint)
-        sys.unraisablehook = cls._on_unraisable
+        if sys.unraisablehook != cls._on_unraisable:  # once: the hook it replaces still gets the rest
+            cls._next_hook = staticmethod(sys.unraisablehook)
+            sys.unraisablehook = cls._on_unraisable
 
     @classmethod
     def _on_sigint(cls, signum: int, frame: object) -> None:
         cls.came = True
         raise KeyboardInterrupt
 
-    @staticmethod
-    def _on_unraisable(unraisable: sys.UnraisableHookArgs) -> None:
+    @classmethod
+    def _on_unraisable(cls, unraisable: sys.UnraisableHookArgs) -> None:
         if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
             # Sent from another thread after a pause: raised here, the interrupt would land in
             # this hook, and be swallowed once more.
             import threading
 
-            timer = threading.Timer(CtrlC.REDELIVER_AFTER_S, os.kill, (os.getpid(), signal.SIGINT))
+            timer = threading.Timer(cls.REDELIVER_AFTER_S, os.kill, (os.getpid(), signal.SIGINT))
             timer.daemon = True
             timer.start()
             return
-        sys.__unraisablehook__(unraisable)
+        cls._next_hook(unraisable)
 
 
 DB_HELP = (

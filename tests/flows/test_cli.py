@@ -227,6 +227,29 @@ except KeyboardInterrupt:
     assert "Exception ignored" not in done.stderr, done.stderr
 
 
+def test_other_unraisable_errors_still_reach_the_hook_that_was_there() -> None:
+    import subprocess
+    import sys
+
+    script = """
+import sys, weakref
+from flows.cli.common import CtrlC
+
+seen = []
+sys.unraisablehook = lambda u: seen.append(u.exc_type.__name__)
+CtrlC.handle()
+CtrlC.handle()  # twice: still one hook in the chain
+class Lock: pass
+lock = Lock()
+ref = weakref.ref(lock, lambda _: 1 / 0)
+del lock
+print(seen)
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "['ZeroDivisionError']", done.stdout + done.stderr
+
+
 def test_sigkill_of_arena_run_leaves_no_process_behind(tmp_path: Path) -> None:
     """`kill -9` of `arena run` (the OOM killer, a CI timeout) gives it no chance to clean up:
     its watcher still ends every simulation it started, and the local Prefect server it started
