@@ -329,7 +329,7 @@ def evaluate_on_pool(request: PoolRunRequest, todo: list[WorkUnit]) -> list[Benc
     label = r.run_id[-6:] if r.shard is None else f"{r.run_id[-6:]}-s{r.shard}"
     pool = VMPool(provider, size=min(config.pool_size, len(todo)), run_id=label)
     try:
-        with _stop_told_first(r):
+        with _stop_told_first(r.cancelled, r.on_stop):
             return _evaluate(r, pool, todo, resources)
     finally:
         pool.teardown()
@@ -347,7 +347,7 @@ def _on_warm_pool(r: PoolRunRequest, todo: list[WorkUnit]) -> list[BenchmarkResu
     try:
         with warm_pool_lease(name, config.warm_pool_wait_seconds):
             try:
-                with _stop_told_first(r):
+                with _stop_told_first(r.cancelled, r.on_stop):
                     return _evaluate(r, pool, todo, f"{pool_resource_id(name)}-{r.run_id[-6:]}")
             finally:
                 pool.teardown()
@@ -360,17 +360,19 @@ def _on_warm_pool(r: PoolRunRequest, todo: list[WorkUnit]) -> list[BenchmarkResu
 
 
 @contextmanager
-def _stop_told_first(r: PoolRunRequest) -> Iterator[None]:
-    """Around the lanes, inside the pool's teardown: a stopped run (Ctrl-C, SIGTERM, a
-    cancellation from Prefect) is told to `r.on_stop` before the teardown starts."""
+def _stop_told_first(cancelled: threading.Event,
+                     on_stop: Callable[[BaseException | None], None] | None) -> Iterator[None]:
+    """Around the lanes, inside the pool's teardown: a stopped run (Ctrl-C, SIGTERM, or
+    `cancelled` set by a cancellation from Prefect) is told to `on_stop` before the teardown
+    starts (see `PoolRunRequest.on_stop`)."""
     try:
         yield
     except (KeyboardInterrupt, TerminationSignal) as stop:
-        if r.on_stop is not None:
-            r.on_stop(stop)
+        if on_stop is not None:
+            on_stop(stop)
         raise
-    if r.cancelled.is_set() and r.on_stop is not None:
-        r.on_stop(None)
+    if cancelled.is_set() and on_stop is not None:
+        on_stop(None)
 
 
 def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[WorkUnit], resources: str) -> list[BenchmarkResult]:

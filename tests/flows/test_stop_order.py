@@ -23,31 +23,32 @@ from adapters.vms.registry import PROVIDERS, ProviderSettings
 
 @pytest.mark.parametrize("stop", [TerminationSignal(signal=15), KeyboardInterrupt()], ids=["sigterm", "ctrl-c"])
 def test_a_stop_is_told_before_the_teardown_and_still_raised(stop: BaseException) -> None:
-    from flows.pool_engine import PoolRunRequest, _stop_told_first
+    from flows.pool_engine import _stop_told_first
 
     events: list[str] = []
-    request = PoolRunRequest.__new__(PoolRunRequest)  # only its stop fields are used here
-    request.cancelled, request.on_stop = threading.Event(), lambda seen: events.append(f"told {type(seen).__name__}")
     with pytest.raises(type(stop)):
         try:
-            with _stop_told_first(request):
+            with _stop_told_first(threading.Event(), lambda seen: events.append(f"told {type(seen).__name__}")):
                 raise stop
         finally:
             events.append("teardown")
     assert events == [f"told {type(stop).__name__}", "teardown"]
 
 
-def test_a_run_that_ends_by_itself_tells_nothing() -> None:
-    from flows.pool_engine import PoolRunRequest, _stop_told_first
+def test_a_run_that_ends_by_itself_or_by_its_own_error_tells_nothing_a_cancelled_one_tells() -> None:
+    from flows.pool_engine import _stop_told_first
 
     told: list[object] = []
-    request = PoolRunRequest.__new__(PoolRunRequest)
-    request.cancelled, request.on_stop = threading.Event(), told.append
-    with _stop_told_first(request):
+    cancelled = threading.Event()
+    with _stop_told_first(cancelled, told.append):
         pass
-    with pytest.raises(ValueError), _stop_told_first(request):
+    with pytest.raises(ValueError), _stop_told_first(cancelled, told.append):
         raise ValueError("an error is the run's own, not a stop")
     assert told == []
+    cancelled.set()  # a cancellation from Prefect stops the lanes without an exception
+    with _stop_told_first(cancelled, told.append):
+        pass
+    assert told == [None]
 
 
 def test_a_cancelled_runs_status_is_stored_before_its_provider_is_closed(prefect_server: None, tmp_path: Path) -> None:
