@@ -405,18 +405,43 @@ def run_suite(config: SuiteRunConfig, announce: Callable[[str], None] | None = N
                 state = flow(config, return_state=True)
         else:
             flow_run = create_arena_flow_run(config)
-            if announce is not None:
-                url = flow_run_url(flow_run.id)
-                if url:
-                    announce(url)
-            with heartbeats_from_the_flow():
-                state = run_flow(flow, flow_run=flow_run, parameters={"config": config}, return_type="state")
+            try:
+                if announce is not None:
+                    url = flow_run_url(flow_run.id)
+                    if url:
+                        announce(url)
+                with heartbeats_from_the_flow():
+                    state = run_flow(flow, flow_run=flow_run, parameters={"config": config}, return_type="state")
+            except (KeyboardInterrupt, TerminationSignal) as stop:
+                _stopped_while_starting(flow_run.id, stop)
+                raise
         # The outcome as the flow produced it in this process; only when it did not get that far
         # (it crashed) is the final state read, which raises the crash.
         kept = _outcomes[run_id].outcome
         return kept if kept is not None else outcome_of(state)
     finally:
         _outcomes.pop(run_id, None)
+
+
+def _stopped_while_starting(flow_run_id: Any, stop: BaseException) -> None:
+    """A Ctrl-C or SIGTERM that reached `arena run` before the flow's own stop could handle it:
+    while the flow run was announced or its engine started (Prefect leaves the run Scheduled,
+    and nothing would ever run it), or in the run's set-up (Prefect's engine calls any interrupt
+    a crash). The flow run ends as a run stopped later does: Cancelled, saying by what."""
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Cancelled
+
+    how = "Interrupted (Ctrl-C)" if isinstance(stop, KeyboardInterrupt) else "Stopped (SIGTERM)"
+
+    def cancel() -> None:
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(flow_run_id).state
+            if state is None or not state.is_final() or state.type == StateType.CRASHED:
+                left = "no state" if state is None else state.name
+                client.set_flow_run_state(flow_run_id, Cancelled(message=f"{how} while the run was starting "
+                                                                         f"(Prefect had it {left})"), force=True)
+
+    best_effort("marking the stopped flow run Cancelled", cancel, retry_for=0, log_to_api=False)
 
 
 def create_arena_flow_run(config: SuiteRunConfig) -> Any:

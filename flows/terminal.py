@@ -70,6 +70,20 @@ class _OneLineForObserverOutages(logging.Filter):
 OBSERVER_LOGGERS = ("prefect.FlowRunSuspendingObserver", "prefect.FlowRunCancellingObserver")
 
 
+class _WithoutInterruptCrashes(logging.Filter):
+    """Prefect's engine logs a Ctrl-C or SIGTERM that lands in a flow's or task's run as "Crash
+    detected! Execution was aborted by an interrupt signal." and that run as Crashed. `arena run`
+    ends such a run as stopped (Cancelled in Prefect, `interrupted` in the store) and says so in
+    its own line; on the terminal, "crash" would say the opposite. The Prefect UI keeps the
+    records."""
+
+    ABORTED = ("Execution was aborted by an interrupt signal.", "Execution was aborted by a termination signal.")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(aborted in message for aborted in self.ABORTED)
+
+
 def _add_filter_once(logger: logging.Logger | logging.Handler, kind: type[logging.Filter]) -> None:
     if not any(isinstance(f, kind) for f in logger.filters):
         logger.addFilter(kind())
@@ -92,6 +106,7 @@ def quiet_expected_tracebacks(verbose: bool = False) -> None:
             continue
         if not verbose:
             handler.setLevel(logging.WARNING)
+            _add_filter_once(handler, _WithoutInterruptCrashes)
         _add_filter_once(handler, _OneLineForExpectedFailures)
 
 

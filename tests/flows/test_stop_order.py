@@ -1,4 +1,5 @@
-"""A stopped run's status is stored before its pool is torn down.
+"""A stopped run says so: in the store before its pool is torn down, and in Prefect also when it
+was stopped as it started.
 
 A Prefect runner or worker SIGKILLs a cancelled flow run's process 30 s after its SIGTERM, and a
 cloud pool's teardown can take longer than that (Azure deletes a VM in minutes). A status stored
@@ -106,3 +107,62 @@ def test_a_cancelled_runs_status_is_stored_before_its_provider_is_closed(prefect
     assert at_close == ["cancelled"]
     with ResultStore(db, read_only=True) as store:
         assert store.get_run(run_id).status == "cancelled"
+
+
+@pytest.mark.parametrize("where", ["announced", "set-up"])
+def test_a_ctrl_c_as_the_run_starts_leaves_its_flow_run_cancelled(where: str, prefect_server: None,
+                                                                  tmp_path: Path) -> None:
+    """A Ctrl-C while `arena run` announces its flow run (Prefect had it Scheduled, and nothing
+    would ever run it) or during the run's set-up, before the flow's own stop handling (Prefect's
+    engine marks any interrupt Crashed): the flow run ends Cancelled, as a later Ctrl-C's does."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+
+    from flows.evaluate_suite import run_suite
+    from flows.run_config import SuiteRunConfig
+
+    flow_run_ids: list[str] = []
+
+    def announce(url: str) -> None:
+        flow_run_ids.append(url.rstrip("/").rsplit("/", 1)[-1])
+        if where == "announced":
+            raise KeyboardInterrupt
+
+    def build(settings: ProviderSettings) -> LocalSimulationProvider:
+        raise KeyboardInterrupt  # as the run builds its provider, inside the flow
+
+    PROVIDERS.add("local-interrupted", build)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_suite(SuiteRunConfig(agent="scripted", provider="local-interrupted", db_path=tmp_path / "arena.duckdb",
+                                     artifacts_dir=tmp_path / "art", run_id=f"stop-{where}"), announce=announce)
+    finally:
+        del PROVIDERS["local-interrupted"]
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(flow_run_ids[0]).state
+    had = "Scheduled" if where == "announced" else "Crashed"
+    assert state.type == StateType.CANCELLED, state
+    assert state.message == f"Interrupted (Ctrl-C) while the run was starting (Prefect had it {had})", state
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), TerminationSignal(signal=15)], ids=["ctrl-c", "sigterm"])
+def test_the_terminal_leaves_out_prefects_crash_lines_for_a_stop(stop: BaseException) -> None:
+    """Prefect's engine logs "Crash detected! <its crashed state's message>" for a stop that
+    lands in a flow's or task's run; `arena run`'s terminal leaves those lines out (the run ends
+    Cancelled and says so in its own line), and nothing else. The messages are Prefect's own."""
+    import logging
+
+    from prefect._internal.states import exception_to_crashed_state_sync
+
+    from flows.terminal import _WithoutInterruptCrashes
+
+    crashed = exception_to_crashed_state_sync(stop)
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("prefect.task_runs", logging.ERROR, __file__, 1, message, None, None)
+
+    quiet = _WithoutInterruptCrashes()
+    assert not quiet.filter(record(f"Crash detected! {crashed.message}"))
+    assert not quiet.filter(record(f"Finished in state Crashed({crashed.message!r})"))
+    assert quiet.filter(record("Crash detected! Execution was cancelled by the runtime environment."))
+    assert quiet.filter(record("the store refused 2 result(s); the run counts those tasks as missing"))
