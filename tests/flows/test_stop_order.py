@@ -96,7 +96,7 @@ def test_a_cancelled_runs_status_is_stored_before_its_provider_is_closed(prefect
     try:
         canceller.start()
         outcome = run_suite(
-            SuiteRunConfig(agent="scripted", provider="local-status-at-close", quirks=True, pool_size=1,
+            SuiteRunConfig(agent="scripted", provider="local-status-at-close", pool_size=1,
                            hedging="off", db_path=db, artifacts_dir=artifacts, run_id=run_id),
             announce=lambda url: flow_run_ids.append(url.rstrip("/").rsplit("/", 1)[-1]),
         )
