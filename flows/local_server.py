@@ -7,6 +7,9 @@ So a run without PREFECT_API_URL uses this instead:
 - The first run starts the server (Prefect's API and UI, with the services that record task runs
   and events, without the scheduler and the other background services) as a
   detached process on a free port and records it in ``$PREFECT_HOME/arena-server/server.json``.
+  The port's socket is bound by the starter and handed down to the server, so no other process
+  can take the port while the server starts (a server binding it only once its seconds of
+  imports were done lost it to another process under load: "address already in use").
   Later runs find it there and use it; start-up is serialised by a lock file, so two runs
   starting together start one server.
 - Every process using it holds a shared lock on the server's ``users-<supervisor pid>.lock`` for
@@ -59,6 +62,8 @@ START_TIMEOUT_SECONDS = 120.0
 # Set on the server process: marks it as ours (and names its state directory) when it has to be
 # found without its supervisor.
 SERVER_DIR_ENV = "ARENA_LOCAL_SERVER_DIR"
+# The listening socket's file descriptor, handed from the starter to the supervisor.
+_SOCKET_FD_ENV = "ARENA_LOCAL_SERVER_SOCKET_FD"
 _SUPERVISOR_MODULE = "flows.local_server"
 # The server's app: Prefect's, retrying requests that met a busy database (flows/local_server_app.py).
 _SERVER_APP = "flows.local_server_app:create_app"
@@ -148,10 +153,18 @@ def server_pid(prefect_home: Path) -> int | None:
     return int(str(record["server_pid"])) if record is not None else None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def listening_socket(port: int = 0) -> socket.socket:
+    """A TCP socket listening on 127.0.0.1:`port` (0: a free port), inheritable, for a server
+    process to take over (`server_command`'s fd)."""
+    sock = socket.socket()
+    try:
+        sock.bind(("127.0.0.1", port))
+        sock.listen(socket.SOMAXCONN)
+        sock.set_inheritable(True)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _locked(path: Path, mode: int) -> IO[str]:
@@ -202,14 +215,16 @@ def _users_file(directory: Path, record: dict[str, object]) -> IO[str] | None:
 
 def _start(directory: Path, timeout: float) -> dict[str, object]:
     (directory / "server.json").unlink(missing_ok=True)
-    port = _free_port()
+    (directory / "failed").unlink(missing_ok=True)
     log_path = directory / "server.log"
-    with log_path.open("ab") as log:
+    with listening_socket() as sock, log_path.open("ab") as log:
+        port = int(sock.getsockname()[1])
         # The supervisor detaches itself (a second fork) so that it is nobody's child: the
         # watcher that ends what `arena run` started must not end a server others still use.
         subprocess.run(
             [sys.executable, "-m", _SUPERVISOR_MODULE, str(directory), str(port)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, check=True, start_new_session=True,
+            pass_fds=(sock.fileno(),), env={**os.environ, _SOCKET_FD_ENV: str(sock.fileno())},
         )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -217,7 +232,10 @@ def _start(directory: Path, timeout: float) -> dict[str, object]:
         if record is not None and record.get("port") == port:
             return record
         if (directory / "failed").exists():
-            break
+            raise LocalServerError(
+                f"the local Prefect server failed to start (its log: {log_path}); "
+                "or set PREFECT_API_URL to a running server (`prefect server start`)"
+            )
         time.sleep(0.05)  # reading a small file: cheap, and the run waits on it
     raise LocalServerError(
         f"the local Prefect server did not start within {timeout:.0f} s (its log: {log_path}); "
@@ -395,8 +413,9 @@ RECORDER_FLUSH_SECONDS = 1
 _SERVICES_OFF = ("SCHEDULER", "LATE_RUNS", "FOREMAN", "PAUSE_EXPIRATIONS", "REPOSSESSOR", "DB_VACUUM")
 
 
-def server_command(port: int) -> list[str]:
-    """The local server's process: uvicorn serving `_SERVER_APP` on 127.0.0.1:`port`."""
+def server_command(port: int, fd: int) -> list[str]:
+    """The local server's process: uvicorn serving `_SERVER_APP` on the listening socket `fd`
+    (bound to 127.0.0.1:`port`; see `listening_socket`; the caller passes it down)."""
     # Where Prefect is installed, found without importing it: the supervisor that calls this
     # would otherwise spend about a second importing Prefect before the server can start.
     prefect_spec = importlib.util.find_spec("prefect")
@@ -404,7 +423,8 @@ def server_command(port: int) -> list[str]:
         raise LocalServerError("Prefect is not installed in this Python environment")
     return [
         sys.executable, "-m", "uvicorn", "--app-dir", str(Path(prefect_spec.origin).parent.parent),
-        "--factory", _SERVER_APP, "--host", "127.0.0.1", "--port", str(port),
+        # --fd wins over --host and --port, which stay for those who read the process list.
+        "--factory", _SERVER_APP, "--fd", str(fd), "--host", "127.0.0.1", "--port", str(port),
         "--log-level", "error", "--lifespan", "on",
         # An open UI connection must not hold a stop back for long.
         "--timeout-graceful-shutdown", "5",
@@ -470,8 +490,16 @@ def supervise(directory: Path, port: int) -> None:
         signal.signal(signum, stop)
     api_url = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, **server_settings(port), SERVER_DIR_ENV: str(directory)}
-    server = subprocess.Popen(server_command(port), env=env, stdin=subprocess.DEVNULL,
-                              preexec_fn=dies_with_this_process())
+    try:
+        sock = _handed_down_socket(env) or listening_socket(port)
+    except OSError as exc:
+        print(f"the local server's port {port}: {exc}", file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):
+            (directory / "failed").touch()
+        return
+    with sock:
+        server = subprocess.Popen(server_command(port, sock.fileno()), env=env, stdin=subprocess.DEVNULL,
+                                  pass_fds=(sock.fileno(),), preexec_fn=dies_with_this_process())
     try:
         if _wait_healthy(server, api_url, lambda: stopping):
             _write_record(home, api_url, port, server.pid)
@@ -486,6 +514,13 @@ def supervise(directory: Path, port: int) -> None:
                     home.forget()
         finally:
             _end(server)
+
+
+def _handed_down_socket(env: dict[str, str]) -> socket.socket | None:
+    """The listening socket the starter handed down (`_start`), taken out of `env` (the server
+    gets it by its own fd); None when run without one."""
+    fd = env.pop(_SOCKET_FD_ENV, None)
+    return socket.socket(fileno=int(fd)) if fd is not None and fd.isdigit() else None
 
 
 def _wait_healthy(server: subprocess.Popen[bytes], api_url: str, stopping: Callable[[], bool]) -> bool:
@@ -542,7 +577,8 @@ def serving_app(home: Path, log: Path, settings: Mapping[str, str] | None = None
     server the tests and benchmarks run flows on. Further Prefect `settings` (environment
     variables) are the caller's. Yields its API URL; stops it (and nothing else) at the end, and
     with this process even when that is killed."""
-    port = _free_port()
+    sock = listening_socket()
+    port = int(sock.getsockname()[1])
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")},
         **server_settings(port),
@@ -551,9 +587,9 @@ def serving_app(home: Path, log: Path, settings: Mapping[str, str] | None = None
         "PREFECT_LOGGING_LEVEL": "WARNING",
         **(settings or {}),
     }
-    with log.open("ab") as out:
-        server = subprocess.Popen(server_command(port), env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                  stderr=subprocess.STDOUT, start_new_session=True,
+    with sock, log.open("ab") as out:
+        server = subprocess.Popen(server_command(port, sock.fileno()), env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                  stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(sock.fileno(),),
                                   preexec_fn=dies_with_this_process())
     api_url = env["PREFECT_API_URL"]
     try:

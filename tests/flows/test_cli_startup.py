@@ -136,5 +136,5 @@ def test_a_runs_checks_come_before_prefect(argv: list[str], tmp_path: Path) -> N
 def test_the_local_servers_supervisor_does_not_import_prefect() -> None:
     """The supervisor (`python -m flows.local_server`) only starts the server's process: importing
     Prefect there cost about a second of every stopped server's start."""
-    modules = _modules_after("from flows.local_server import server_command\n    server_command(4200)")
+    modules = _modules_after("from flows.local_server import server_command\n    server_command(4200, 3)")
     assert "prefect" not in _top(modules), sorted(m for m in modules if m.startswith("prefect"))[:5]

@@ -28,8 +28,9 @@ from prefect_home import DATABASE, SEEDED_SERVER_SETTINGS, seeded_home
 
 from flows.cli import main
 from flows.doctor import local_server_lines
-from flows.local_server import (LocalServerError, ProcessRef, RunningServer, _free_port, ensure_server,
+from flows.local_server import (LocalServerError, ProcessRef, RunningServer, ensure_server,
                                 find_running_servers, state_dir)
+from tests.deployments.server_helpers import free_port
 from tests.flows.test_concurrent_runs import ROOT, USER, _env, _gone
 
 LONG_IDLE = "30"
@@ -273,7 +274,7 @@ def test_a_server_left_without_its_supervisor_is_listed_and_stopped(tmp_path: Pa
     not ours and is not listed."""
     import prefect
 
-    port, other_port = _free_port(), _free_port()
+    port, other_port = free_port(), free_port()
     home = tmp_path / "prefect"
     command = [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(prefect.__file__).parent.parent),
                "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port"]
@@ -411,3 +412,55 @@ def test_clients_of_the_plain_http_local_server_load_its_one_certificate_ca_file
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == [f"http {PLAIN_HTTP_CA_FILE} {PLAIN_HTTP_CA_FILE}", "healthcheck error: None",
                                         f"{users_ca} {users_ca}"], done.stdout + done.stderr[-3000:]
+
+
+def test_the_servers_port_is_held_from_the_start_so_no_other_process_takes_it(tmp_path: Path, database: str) -> None:
+    """The port is bound by the starter and handed down, before the server spends seconds on its
+    imports. It used to be chosen, let go, and bound by the server only then: under load another
+    process took it meanwhile ("address already in use") and `arena run` failed (seen in CI)."""
+    import errno
+    import socket
+    import threading
+
+    home = tmp_path / "prefect"
+    box: dict[str, tuple[subprocess.Popen[str], dict[str, object]]] = {}
+    starter = threading.Thread(target=lambda: box.setdefault("user", _user(home, database)), daemon=True)
+    starter.start()
+    listed = None
+    deadline = time.monotonic() + 60
+    while listed is None and time.monotonic() < deadline:  # its supervisor, before the server answers
+        listed = next((s for s in find_running_servers() if s.home == home), None)
+    assert listed is not None and listed.port is not None, "no supervisor for the new server"
+    try:
+        with socket.socket() as other, pytest.raises(OSError) as taken:
+            other.bind(("127.0.0.1", listed.port))
+        assert taken.value.errno == errno.EADDRINUSE
+    finally:
+        starter.join(timeout=120)
+    user, record = box["user"]
+    try:
+        assert record["port"] == listed.port
+        assert requests.get(f"{record['api_url']}/health", timeout=10).ok
+    finally:
+        _release(user)
+        _kill_left(record)
+
+
+def test_a_server_that_fails_to_start_is_named_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that exits as it starts (here its database cannot be opened): `arena run`'s error
+    says it failed and names its log, as soon as it failed (it said "did not start within 120 s",
+    the start timeout, though it had failed at once)."""
+    monkeypatch.setenv("PREFECT_SERVER_DATABASE_CONNECTION_URL",
+                       f"sqlite+aiosqlite:///{tmp_path / 'no-such-folder' / 'prefect.db'}")
+    monkeypatch.setenv("ARENA_LOCAL_SERVER_IDLE_SECONDS", "3")
+    home = tmp_path / "prefect"
+    with pytest.raises(LocalServerError) as failed:
+        ensure_server(home, timeout=100)
+    log = state_dir(home) / "server.log"
+    assert str(failed.value).startswith(f"the local Prefect server failed to start (its log: {log})"), failed.value
+    assert (state_dir(home) / "failed").exists() and _read_record_or_none(home) is None
+
+
+def _read_record_or_none(home: Path) -> dict[str, object] | None:
+    path = state_dir(home) / "server.json"
+    return json.loads(path.read_text()) if path.exists() else None
