@@ -430,6 +430,7 @@ def test_the_servers_port_is_held_from_the_start_so_no_other_process_takes_it(tm
     deadline = time.monotonic() + 60
     while listed is None and time.monotonic() < deadline:  # its supervisor, before the server answers
         listed = next((s for s in find_running_servers() if s.home == home), None)
+        time.sleep(0.02)  # a scan of every process costs CPU the starting server needs
     assert listed is not None and listed.port is not None, "no supervisor for the new server"
     try:
         with socket.socket() as other, pytest.raises(OSError) as taken:
@@ -458,9 +459,4 @@ def test_a_server_that_fails_to_start_is_named_at_once(tmp_path: Path, monkeypat
         ensure_server(home, timeout=100)
     log = state_dir(home) / "server.log"
     assert str(failed.value).startswith(f"the local Prefect server failed to start (its log: {log})"), failed.value
-    assert (state_dir(home) / "failed").exists() and _read_record_or_none(home) is None
-
-
-def _read_record_or_none(home: Path) -> dict[str, object] | None:
-    path = state_dir(home) / "server.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    assert (state_dir(home) / "failed").exists() and not (state_dir(home) / "server.json").exists()
