@@ -13,11 +13,12 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from ports import server_port
 
 USER = "arena"
 PASSWORD = "arena-test-password"
@@ -30,12 +31,6 @@ def postgres_bindir() -> Path | None:
         return Path(on_path).resolve().parent
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
     return Path(found[-1]).parent if found else None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _as_server_user(cmd: list[str]) -> list[str]:
@@ -55,7 +50,7 @@ class PostgresServer:
         self.bindir = bindir
         self.root = Path(tempfile.mkdtemp(prefix="arena-test-pg-"))
         self.data = self.root / "data"
-        self.port = _free_port()
+        self.port = server_port()
         self.url = f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{self.port}/arena"
         pwfile = self.root / "pw"
         pwfile.write_text(PASSWORD + "\n")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -14,17 +13,11 @@ from typing import TypeVar
 
 import requests
 
+from ports import server_port
 from prefect_home import DATABASE, PREFECT_BIN, SEEDED_SERVER_SETTINGS, seeded_home
 
 PROJECT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(what: str, fn: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
@@ -80,7 +73,7 @@ class PrefectServer:
 
     def __init__(self, home: Path, log: Path, host: str = "127.0.0.1", env: dict[str, str] | None = None,
                  services: bool = True) -> None:
-        self.port = free_port()
+        self.port = server_port()
         self.api_url = f"http://127.0.0.1:{self.port}/api"
         self.home, self.log, self.host, self.env, self.services = home, log, host, env or {}, services
         self.proc: subprocess.Popen[bytes] | None = None

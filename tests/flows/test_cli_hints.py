@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import pytest
 from flows.cli import build_parser, main
 from flows.cli.common import invoked_as
 from flows.cli.run import rerun_command
+from ports import server_port
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -189,14 +189,8 @@ def test_a_completed_run_whose_report_cannot_be_written_keeps_its_exit_status_an
     assert warning.endswith(f"write it again with: arena report unreported --db {db}")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_localenv_serves_the_simulation_alone_until_ctrl_c(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    port = _free_port()
+    port = server_port()
     proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "localenv", "--port", str(port)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -232,7 +226,7 @@ def test_localenv_refuses_a_root_holding_other_files(tmp_path: Path, capsys: pyt
     project = tmp_path / "project"
     project.mkdir()
     (project / "notes.txt").write_text("mine\n")
-    assert main(["localenv", "--port", str(_free_port()), "--root", str(project)]) == 2
+    assert main(["localenv", "--port", str(server_port()), "--root", str(project)]) == 2
     out, err = capsys.readouterr()
     assert out == ""
     assert err == (f"arena: error: --root {project}: not empty and not a simulated disk (no .waa-simulated-disk); "

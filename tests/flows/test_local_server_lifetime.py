@@ -24,13 +24,13 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
+from ports import server_port
 from prefect_home import DATABASE, SEEDED_SERVER_SETTINGS, seeded_home
 
 from flows.cli import main
 from flows.doctor import local_server_lines
 from flows.local_server import (LocalServerError, ProcessRef, RunningServer, ensure_server,
                                 find_running_servers, state_dir)
-from tests.deployments.server_helpers import free_port
 from tests.flows.test_concurrent_runs import ROOT, USER, _env, _gone
 
 LONG_IDLE = "30"
@@ -274,7 +274,7 @@ def test_a_server_left_without_its_supervisor_is_listed_and_stopped(tmp_path: Pa
     not ours and is not listed."""
     import prefect
 
-    port, other_port = free_port(), free_port()
+    port, other_port = server_port(), server_port()
     home = tmp_path / "prefect"
     command = [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(prefect.__file__).parent.parent),
                "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port"]

@@ -19,6 +19,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from ports import server_port
+
 SSHD = Path("/usr/sbin/sshd")
 PRIVSEP_DIR = Path("/run/sshd")
 
@@ -47,19 +49,13 @@ def keygen(path: Path, comment: str) -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class SSHServer:
     """One sshd process on 127.0.0.1:`port`, accepting `client_key` for `user`."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
-        self.port = _free_port()
+        self.port = server_port()
         self.user = getpass.getuser()
         self.host_key = keygen(root / "host_ed25519", "test-host")
         self.client_key = keygen(root / "client_ed25519", "test-client")
