@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from ports import _bindable, _ephemeral_low, _slice, server_port
 
 
+@pytest.mark.skipif(len(_slice()) < 100, reason="this machine's ephemeral port range leaves no room below it")
 def test_a_server_port_is_one_the_kernel_never_hands_out_by_itself() -> None:
     ports = [server_port() for _ in range(50)]
     assert len(set(ports)) == 50
