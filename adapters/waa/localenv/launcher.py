@@ -99,7 +99,9 @@ def _spawn(args: list[str], log_path: Path) -> SimulationProcess:
 def start_local_env(root: Path, *, width: int = 1280, height: int = 800, startup_timeout: float = 30.0,
                     log_path: Path | None = None, quirks: bool = False, wait_ready: bool = True,
                     quirk_settings: dict[str, Any] | None = None) -> LocalEnvHandle:
-    """Start a simulation serving on a free loopback port.
+    """Start a simulation serving on a free loopback port. Its log is `log_path`, by default
+    beside `root` (``<root>.log``: the root is the simulated disk, which a snapshot's restore
+    replaces whole), and stays after the simulation stops.
 
     With wait_ready (the default) wait until /probe answers 200 (in quirks mode that takes the
     readiness delay); without it, return once the port is bound. quirk_settings (only with
@@ -110,19 +112,16 @@ def start_local_env(root: Path, *, width: int = 1280, height: int = 800, startup
     settings = QuirkSettings.from_dict(quirk_settings) if quirks else None
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    run_dir = Path(tempfile.mkdtemp(prefix="waa-sim-"))
+    run_dir = Path(tempfile.mkdtemp(prefix="waa-sim-"))  # the port file's, gone once it is read
     port_file = run_dir / "port"
-    log_path = Path(log_path) if log_path else run_dir / "server.log"
+    log_path = Path(log_path) if log_path else Path(f"{root.resolve()}.log")
     args = ["--host", "127.0.0.1", "--port", "0", "--root", str(root), "--port-file", str(port_file),
             "--width", str(width), "--height", str(height), *(settings.cli_args() if settings is not None else [])]
     proc = _spawn(args, log_path)
     deadline = time.monotonic() + startup_timeout
 
     def tidy() -> None:
-        # The port file has done its job; the folder stays only if it holds the log.
-        port_file.unlink(missing_ok=True)
-        if log_path.parent != run_dir:
-            shutil.rmtree(run_dir, ignore_errors=True)
+        shutil.rmtree(run_dir, ignore_errors=True)  # the port file has done its job
 
     def fail(why: str) -> LocalEnvError:
         if proc.poll() is None:

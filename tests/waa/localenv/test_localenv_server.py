@@ -211,6 +211,22 @@ def test_stop_terminates(tmp_path):
     assert "WAA SIMULATION listening" in log and "WAA SIMULATION stopped" in log  # clean SIGTERM shutdown
 
 
+def test_a_stopped_simulation_leaves_its_log_beside_its_root_and_nothing_in_the_temporary_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its log used to live in a temporary folder of its own that nothing removed: thousands of
+    `waa-sim-*` folders piled up in /tmp."""
+    import tempfile
+
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))  # tempfile's own setting for its folder
+    h = start_local_env(tmp_path / "root")
+    h.stop()
+    assert h.log_path == tmp_path / "root.log" and "WAA SIMULATION stopped" in h.log_path.read_text()
+    assert list(temporary.iterdir()) == []
+
+
 def test_a_simulation_whose_parent_died_while_it_started_stops(tmp_path):
     """The process that started a simulation ends before the simulation is up (as when a shard's
     process tree is killed mid-start): the simulation, already handed to init, still stops."""
