@@ -252,8 +252,8 @@ print(seen)
 
 def test_sigkill_of_arena_run_leaves_no_process_behind(tmp_path: Path) -> None:
     """`kill -9` of `arena run` (the OOM killer, a CI timeout) gives it no chance to clean up:
-    its watcher still ends every simulation it started, and the local Prefect server it started
-    stops once idle, as nobody uses it any more."""
+    its watcher still ends every simulation it started and removes their simulated disks, and the
+    local Prefect server it started stops once idle, as nobody uses it any more."""
     import json
     import signal
     import subprocess
@@ -264,6 +264,9 @@ def test_sigkill_of_arena_run_leaves_no_process_behind(tmp_path: Path) -> None:
 
     env = seeded_run_env(tmp_path / "prefect")
     env["ARENA_LOCAL_SERVER_IDLE_SECONDS"] = "3"
+    temporary = tmp_path / "tmp"  # where its simulated disks go
+    temporary.mkdir()
+    env["TMPDIR"] = str(temporary)
     progress = tmp_path / "art" / "killed" / "progress.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "flows.cli", "run", "--run-id", "killed", "--quirks", "--pool-size", "2",
@@ -282,6 +285,7 @@ def test_sigkill_of_arena_run_leaves_no_process_behind(tmp_path: Path) -> None:
         children = [c for c in psutil.Process(proc.pid).children(recursive=True) if "flows.reaper" not in " ".join(c.cmdline())]
         commands = " ".join(" ".join(c.cmdline()) for c in children)
         assert "adapters.waa.localenv" in commands, commands
+        assert list(temporary.glob(f"waa-sim-{proc.pid}-*")), "no simulated disks in its temporary folder"
         record = json.loads((tmp_path / "prefect" / "arena-server" / "server.json").read_text())
         children += [psutil.Process(record["supervisor_pid"]), psutil.Process(record["server_pid"])]
         proc.send_signal(signal.SIGKILL)
@@ -305,6 +309,9 @@ def test_sigkill_of_arena_run_leaves_no_process_behind(tmp_path: Path) -> None:
         time.sleep(0.5)
     assert left() == []
     assert not (tmp_path / "prefect" / "arena-server" / "server.json").exists()
+    while list(temporary.glob("waa-sim-*")) and time.monotonic() < deadline:  # the watcher's last step
+        time.sleep(0.2)
+    assert list(temporary.glob("waa-sim-*")) == []
 
 
 def test_sql_prints_rows_and_refuses_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
