@@ -27,8 +27,10 @@ import argparse
 import hmac
 import ipaddress
 import os
+import signal
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         FetchPolicy.from_env()
     except ValueError as exc:
         parser.error(str(exc))
-    cache_root = args.cache_dir or Path(tempfile.mkdtemp(prefix="waa-evaluate-"))
+    # A cache of its own is removed when the server stops; an operator's `--cache-dir` is kept.
+    own_cache = None if args.cache_dir else tempfile.TemporaryDirectory(prefix="waa-evaluate-")
+    cache_root = args.cache_dir or Path(own_cache.name)
     cache_root.mkdir(parents=True, exist_ok=True)
     app = create_app(
         args.waa_url,
@@ -179,11 +183,20 @@ def main(argv: list[str] | None = None) -> int:
         partial = args.port_file.with_suffix(".tmp")
         partial.write_text(str(port))
         partial.replace(args.port_file)
+
+    def stop(signum: int, frame: Any) -> None:  # shutdown() waits for serve_forever: not on its thread
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    # SIGTERM (a service manager's stop, `kill`) ends it as Ctrl-C does, through the clean-up below.
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     print(f"WAA evaluate endpoint on http://{args.host}:{port} for {args.waa_url}", flush=True)
     try:
         server.serve_forever(poll_interval=0.1)
-    except KeyboardInterrupt:
-        pass
+    finally:
+        server.server_close()
+        if own_cache is not None:
+            own_cache.cleanup()
     return 0
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import shutil
 import ssl
 import tempfile
 import threading
@@ -189,6 +190,7 @@ class FakeARM:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+        shutil.rmtree(self._dir, ignore_errors=True)  # the CA's file
 
     # -- test helpers ----------------------------------------------------------------------
 

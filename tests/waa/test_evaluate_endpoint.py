@@ -3,6 +3,8 @@ bundled suite exactly as the local engine does."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -92,6 +94,31 @@ def test_endpoint_refuses_to_start_open() -> None:
     assert no_token.returncode == 2 and "ARENA_EVALUATE_TOKEN" in no_token.stderr
     wide = _start(["--waa-url", "http://127.0.0.1:9", "--port", "0", "--insecure-no-token", "--host", "0.0.0.0"], env)
     assert wide.returncode == 2 and "--host 0.0.0.0 without ARENA_EVALUATE_TOKEN" in wide.stderr
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_endpoint_removes_its_own_cache_and_keeps_an_operators(tmp_path: Path, stop: signal.Signals) -> None:
+    """Its default cache (a folder of its own in the temporary folder) goes when it stops, by a
+    service manager's SIGTERM or Ctrl-C alike; a `--cache-dir` the operator gave stays."""
+    temp, given = tmp_path / "tmp", tmp_path / "given-cache"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "ARENA_EVALUATE_TOKEN": TOKEN}
+    for extra, cache in (([], None), (["--cache-dir", str(given)], given)):
+        port_file = tmp_path / "port"
+        port_file.unlink(missing_ok=True)
+        proc = subprocess.Popen([sys.executable, "-m", "adapters.waa.evaluate_server", "--waa-url", "http://127.0.0.1:9",
+                                 "--port", "0", "--port-file", str(port_file), *extra], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while not port_file.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "evaluate endpoint did not start"
+            time.sleep(0.05)
+        made = cache or next(temp.glob("waa-evaluate-*"))
+        assert made.is_dir()
+        proc.send_signal(stop)
+        assert proc.wait(10) == 0, proc.stderr.read() if proc.stderr else ""
+        assert list(temp.iterdir()) == []
+        assert given.is_dir() == (cache is not None)
 
 
 @pytest.fixture(scope="module")
