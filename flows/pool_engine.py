@@ -55,6 +55,7 @@ from prefect.states import Completed, State
 from adapters.agents import AgentOptions, build_agent
 from adapters.benchmark import BenchmarkResult, BenchmarkTask
 from adapters.episode import EpisodeLimits
+from adapters.process_dirs import process_dir_prefix
 from adapters.store.duckdb_store import ResultStore
 from adapters.store.recorder import RecorderClose, ResultRecorder
 from adapters.store.spool import ResultSpool, spool_dir
@@ -381,7 +382,8 @@ def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[WorkUnit], resources: 
     config, provider = r.config, r.provider
     r.budget.pool = pool
     flavor = config.flavor()
-    with tempfile.TemporaryDirectory(prefix="waa-cache-") as cache_dir:
+    # Named after this process, so a SIGKILLed `arena run`'s watcher removes it too.
+    with tempfile.TemporaryDirectory(prefix=process_dir_prefix("cache")) as cache_dir:
         ctx = AttemptContext(
             provider=provider,
             catalog=r.catalog,

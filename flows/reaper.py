@@ -10,9 +10,9 @@ The watcher notes the descendants of its parent every second; when the pipe reac
 the parent has ended, however it ended, and the watcher terminates the processes it last saw
 (SIGTERM, then SIGKILL after a grace period), removes what the kvm provider's VMs left on disk
 (their run directory: overlays, monitor sockets, logs; adapters/vms/kvm_runtime.py, which also
-ends any QEMU started after the last look) and the local simulations' disks (adapters/vms/local.py),
-then exits. psutil keeps each process's start time,
-so a recycled pid is never signalled. (The local Prefect server is not among them: it is
+ends any QEMU started after the last look) and its temporary folders (the local simulations'
+disks, the files fetched for evaluation: adapters/process_dirs.py), then exits. psutil keeps each
+process's start time, so a recycled pid is never signalled. (The local Prefect server is not among them: it is
 detached, shared with other runs, and stops by itself once none uses it; flows/local_server.py.)
 """
 
@@ -66,11 +66,11 @@ def watch(parent_pid: int) -> None:
         except psutil.Error:
             pass
     # Imported only now: the watcher must be watching within moments of its start.
+    from adapters.process_dirs import remove_process_dirs
     from adapters.vms.kvm_runtime import remove_leftovers_of
-    from adapters.vms.local import remove_work_dirs_of
 
     remove_leftovers_of(parent_pid)
-    remove_work_dirs_of(parent_pid)
+    remove_process_dirs(parent_pid)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ stand in for QEMU's loadvm, and a reboot replaces the process with a fresh one.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import threading
@@ -15,24 +14,11 @@ from typing import Any
 
 import requests
 
+from adapters.process_dirs import process_dir_prefix
 from adapters.vms.base import ProviderError, ResetLevel, VMHandle, VMProvider
 from adapters.waa.client import WAAClient
 from adapters.waa.localenv.launcher import LocalEnvHandle, start_local_env
 from adapters.waa.settle import SettlePolicy
-
-
-# A provider's simulated disks, in the temporary folder: waa-sim-<pid of its process>-<random>.
-WORK_DIR_PREFIX = "waa-sim-"
-
-
-def remove_work_dirs_of(owner_pid: int) -> list[Path]:
-    """Remove the simulated disks that the providers of process `owner_pid` left in the temporary
-    folder: a process killed before `close` (SIGKILL, the OOM killer) leaves them. For `arena
-    run`'s watcher (flows/reaper.py), once the process and its simulations have ended."""
-    left = sorted(Path(tempfile.gettempdir()).glob(f"{WORK_DIR_PREFIX}{owner_pid}-*"))
-    for folder in left:
-        shutil.rmtree(folder, ignore_errors=True)
-    return left
 
 
 class LocalSimulationProvider(VMProvider):
@@ -52,7 +38,7 @@ class LocalSimulationProvider(VMProvider):
         ready_timeout: float = 60.0,
     ) -> None:
         self._own_work_dir = work_dir is None
-        self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix=f"{WORK_DIR_PREFIX}{os.getpid()}-"))
+        self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix=process_dir_prefix("sim")))
         self.width = width
         self.height = height
         # Quirks mode reproduces a real server's slow readiness, slow accessibility tree,

@@ -285,7 +285,9 @@ def test_sigkill_of_arena_run_leaves_no_process_behind(tmp_path: Path) -> None:
         children = [c for c in psutil.Process(proc.pid).children(recursive=True) if "flows.reaper" not in " ".join(c.cmdline())]
         commands = " ".join(" ".join(c.cmdline()) for c in children)
         assert "adapters.waa.localenv" in commands, commands
+        # Its temporary folders: the simulated disks, the files fetched for evaluation.
         assert list(temporary.glob(f"waa-sim-{proc.pid}-*")), "no simulated disks in its temporary folder"
+        assert list(temporary.glob(f"waa-cache-{proc.pid}-*")), "no evaluation cache in its temporary folder"
         record = json.loads((tmp_path / "prefect" / "arena-server" / "server.json").read_text())
         children += [psutil.Process(record["supervisor_pid"]), psutil.Process(record["server_pid"])]
         proc.send_signal(signal.SIGKILL)
@@ -309,9 +311,9 @@ def test_sigkill_of_arena_run_leaves_no_process_behind(tmp_path: Path) -> None:
         time.sleep(0.5)
     assert left() == []
     assert not (tmp_path / "prefect" / "arena-server" / "server.json").exists()
-    while list(temporary.glob("waa-sim-*")) and time.monotonic() < deadline:  # the watcher's last step
+    while list(temporary.glob("waa-*")) and time.monotonic() < deadline:  # the watcher's last step
         time.sleep(0.2)
-    assert list(temporary.glob("waa-sim-*")) == []
+    assert list(temporary.glob("waa-*")) == []
 
 
 def test_sql_prints_rows_and_refuses_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

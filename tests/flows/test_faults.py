@@ -267,7 +267,10 @@ def test_controller_killed_mid_run_is_resumed_exactly(prefect_server: None, no_s
     suite_dir = tmp_path / "suite"
     ids = _make_suite(suite_dir, 30)
     db, art, run_id = tmp_path / "arena.duckdb", tmp_path / "art", "faults-resume"
-    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()), "PYTHONPATH": str(REPO)}
+    # A temporary folder of its own: no watcher removes what a bare `run_suite` killed leaves there.
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()), "PYTHONPATH": str(REPO),
+           "TMPDIR": str(tmp_path / "tmp")}
     controller = subprocess.Popen(
         [sys.executable, "-c", _CONTROLLER, str(suite_dir), str(db), str(art), run_id],
         cwd=REPO, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
