@@ -37,14 +37,15 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.exceptions import TerminationSignal
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from adapters.agents import build_agent
+from adapters.agents import AgentOptions, build_agent
 from adapters.results.metrics import compute_run_metrics
-from adapters.benchmark import BenchmarkResult
+from adapters.benchmark import BenchmarkResult, BenchmarkTask
 from adapters.store.duckdb_store import ResultStore, selection_change
 from adapters.store.errors import StoreUnavailable, error_text
 from adapters.store.lease import Controller, Heartbeat
 from adapters.store.recorder import RecorderClose
 from adapters.store.spool import ResultSpool, drain_spool, spool_dir
+from adapters.vms.base import VMProvider
 from adapters.vms.janitor import sweep_run
 from adapters.vms.registry import build_provider
 from adapters.vms.warm_pool import WarmPool
@@ -158,7 +159,7 @@ _outcomes: dict[str, _Awaited] = {}
 
 
 def _evaluate(config: SuiteRunConfig) -> RunOutcome:
-    logger = get_run_logger()
+    """The configured run, its provider closed at the end however the run ends."""
     run_id = config.run_id or new_run_id()
     catalog = WAATaskCatalog(
         config.suite_dir, difficulty=config.difficulty, max_steps=config.max_steps, require_supported=True
@@ -168,8 +169,19 @@ def _evaluate(config: SuiteRunConfig) -> RunOutcome:
     # Build the agent and the provider up front: a bad configuration fails before anything runs.
     agent_config = build_agent(config.agent, agent_options).config()
     provider = build_provider(config.provider, config.provider_settings(run_id))
-    environment = provider.environment
+    try:
+        return _evaluate_on(config, run_id, catalog, tasks, agent_options, agent_config, provider)
+    finally:
+        # Also when the run ends before its pool (refused, nothing left to do, the store failing
+        # at the start): the provider may hold processes and folders already. Safe to repeat.
+        provider.close()
 
+
+def _evaluate_on(config: SuiteRunConfig, run_id: str, catalog: WAATaskCatalog, tasks: list[BenchmarkTask],
+                 agent_options: AgentOptions, agent_config: dict[str, Any], provider: VMProvider) -> RunOutcome:
+    """The run of `tasks` on `provider`'s VMs, from recording its start to its summary."""
+    logger = get_run_logger()
+    environment = provider.environment
     controller = Controller.this_process()
     spool = ResultSpool(spool_dir(config.artifacts_dir, run_id))
     with ResultStore(config.store_location) as store:
@@ -196,7 +208,6 @@ def _evaluate(config: SuiteRunConfig) -> RunOutcome:
                 and selection_change(run_id, stored.selected_task_ids, info.selected_task_ids or []) is None):
             # Resuming a finished run: nothing to do, and its record (finish time) stays as it is.
             logger.info("Run %s is already complete; nothing to do", run_id)
-            provider.close()
             completeness = run_completeness(store, run_id, tasks, RunBudget.for_run(config, store, run_id), trials)
             return _summarize(config, run_id, len(tasks), environment, store, completeness, [], [], [])
         store.start_run(info, resume=stored is not None, change_selection=config.change_selection,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tempfile
 import time
 from pathlib import Path
 
@@ -133,14 +134,19 @@ def _evaluate_task_states(db: Path, run_id: str) -> list[tuple[str, str]]:
             and not r.name.startswith(("lane", "episode", "reset", "setup", "evaluate", "record"))]
 
 
-def test_resume_keeps_the_runs_selection_and_record(prefect_server: None, tmp_path: Path, bundled_ids: list[str]) -> None:
+def test_resume_keeps_the_runs_selection_and_record(prefect_server: None, tmp_path: Path, bundled_ids: list[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The selection is part of the run: a resume with another one is refused (naming
     --change-selection), an explicit change runs only the new tasks with the counts right, and
-    resuming a complete run changes nothing, not even its finish time."""
+    resuming a complete run changes nothing, not even its finish time. None of these runs, the
+    refused ones included, leaves its provider's folder behind."""
     from adapters.store.duckdb_store import StoreError
     from flows.evaluate_suite import run_suite
     from flows.run_config import SuiteRunConfig
 
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))  # tempfile's own setting: where the runs' folders go
     db = tmp_path / "arena.duckdb"
 
     def run(ids: list[str], **extra: object):
@@ -163,6 +169,7 @@ def test_resume_keeps_the_runs_selection_and_record(prefect_server: None, tmp_pa
     assert widened.completeness.selected == 3 and widened.completeness.final == 3
     assert _rows(db, "SELECT count(*) FROM task_results WHERE run_id = 'resume'")[0][0] == 3
     assert _rows(db, "SELECT task_count, status FROM runs WHERE run_id = 'resume'")[0] == (3, "completed")
+    assert list(temporary.iterdir()) == []
 
 
 def test_a_lost_answer_to_the_runs_final_state_still_gives_its_outcome(prefect_server: None, tmp_path: Path) -> None:
