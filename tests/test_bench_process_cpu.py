@@ -85,7 +85,7 @@ def test_the_suite_bench_splits_a_small_pytest_run_by_kind(tmp_path: Path) -> No
     done = subprocess.run(
         [sys.executable, str(Path(__file__).resolve().parents[1] / "bench" / "suite_cpu.py"), "--",
          "-n", "0", "-q", "tests/test_longest_first.py"],
-        capture_output=True, text=True, timeout=300)
+        capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp_path)})  # its log's folder
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "passed" in out.split("pytest: exit 0,")[1].splitlines()[0], out

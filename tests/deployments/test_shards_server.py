@@ -143,7 +143,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
 
         for name in WORKERS:
             host = tmp / name
-            host.mkdir()
+            (host / "tmp").mkdir(parents=True)
             with logs[name].open("wb") as out:
                 procs.append(
                     subprocess.Popen(
@@ -160,6 +160,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
                             # keeps the server's SQLite writes down. Under load it has held its
                             # write lock for a minute ("database is locked"; docs: use Postgres).
                             "PREFECT_LOGGING_TO_API_ENABLED": "false",
+                            # This host's temporary folder: a shard the crash test SIGKILLs
+                            # leaves its simulated disks and evaluation cache there.
+                            "TMPDIR": str(host / "tmp"),
                             # The pull step's working directory: this host's checkout.
                             "ARENA_PROJECT_DIR": str(PROJECT),
                             # Flow results (the shards' attempts) where the controller reads them.
