@@ -179,17 +179,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     server = make_server(args.host, args.port, app, threaded=True)
     port = server.server_port
-    if args.port_file:
-        partial = args.port_file.with_suffix(".tmp")
-        partial.write_text(str(port))
-        partial.replace(args.port_file)
 
     def stop(signum: int, frame: Any) -> None:  # shutdown() waits for serve_forever: not on its thread
         threading.Thread(target=server.shutdown, daemon=True).start()
 
-    # SIGTERM (a service manager's stop, `kill`) ends it as Ctrl-C does, through the clean-up below.
+    # SIGTERM (a service manager's stop, `kill`) ends it as Ctrl-C does, through the clean-up
+    # below; set before the port file says it is up.
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    if args.port_file:
+        partial = args.port_file.with_suffix(".tmp")
+        partial.write_text(str(port))
+        partial.replace(args.port_file)
     print(f"WAA evaluate endpoint on http://{args.host}:{port} for {args.waa_url}", flush=True)
     try:
         server.serve_forever(poll_interval=0.1)
