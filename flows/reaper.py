@@ -12,8 +12,9 @@ the parent has ended, however it ended, and the watcher terminates the processes
 (their run directory: overlays, monitor sockets, logs; adapters/vms/kvm_runtime.py, which also
 ends any QEMU started after the last look) and its temporary folders (the local simulations'
 disks, the files fetched for evaluation: adapters/process_dirs.py), then exits. psutil keeps each
-process's start time, so a recycled pid is never signalled. (The local Prefect server is not among them: it is
-detached, shared with other runs, and stops by itself once none uses it; flows/local_server.py.)
+process's start time, so a recycled pid is never signalled. (The local Prefect server is not among
+them: it is detached, shared with other runs, and stops by itself once none uses it;
+flows/local_server.py.)
 """
 
 from __future__ import annotations

@@ -104,7 +104,9 @@ def test_a_cancelled_runs_status_is_stored_before_its_provider_is_closed(prefect
         del PROVIDERS["local-status-at-close"]
         canceller.join(timeout=5)
     assert (outcome.status, outcome.stopped_by) == ("cancelled", "prefect"), outcome.table
-    assert at_close == ["cancelled"]
+    # The pool's teardown closes it, and the evaluation's end again (closing is safe to repeat):
+    # each time the store already says `cancelled`.
+    assert at_close and set(at_close) == {"cancelled"}, at_close
     with ResultStore(db, read_only=True) as store:
         assert store.get_run(run_id).status == "cancelled"
 
