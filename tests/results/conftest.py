@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,24 +35,49 @@ class BundledRuns:
     random: str
 
 
-@pytest.fixture(scope="session")
-def bundled_run_db(prefect_server: None, tmp_path_factory: pytest.TempPathFactory) -> BundledRuns:
-    """The bundled suite run once per session through the real flow by the scripted and the random agent."""
+def _run_bundled_suite(root: Path) -> None:
+    """The scripted and the random agent on the bundled suite, through the real flow, into
+    `root`'s arena.duckdb and artifacts folder."""
     from flows.evaluate_suite import run_suite
     from flows.run_config import SuiteRunConfig
 
-    root = tmp_path_factory.mktemp("bundled-runs")
-    db = root / "arena.duckdb"
     # The random agent gets 6 steps (its failures need no more); the scripted one the default.
     # The run ids are the ones the README's example queries name (tests/results/test_readme_queries.py).
     for agent, run_id, max_steps in (("scripted", "nightly-scripted", 15), ("random", "nightly-random", 6)):
         run_suite(
             SuiteRunConfig(
-                agent=agent, pool_size=4, max_steps=max_steps, db_path=db, artifacts_dir=root / "artifacts",
-                run_id=run_id,
+                agent=agent, pool_size=4, max_steps=max_steps, db_path=root / "arena.duckdb",
+                artifacts_dir=root / "artifacts", run_id=run_id,
             )
         )
-    return BundledRuns(db=db, scripted="nightly-scripted", random="nightly-random")
+
+
+@pytest.fixture(scope="session")
+def bundled_run_db(prefect_server: None, tmp_path_factory: pytest.TempPathFactory) -> BundledRuns:
+    """The bundled suite run once per test session through the real flow by the scripted and the
+    random agent, in a results folder of this test process's own.
+
+    Under xdist the first worker that needs the runs makes them in a folder the session's workers
+    share (each worker used to make its own: about 17 CPU-s each), and every worker copies that
+    results folder; the store keeps screenshot paths relative to the DuckDB file's folder, so a
+    copy keeps its screenshots."""
+    root = tmp_path_factory.mktemp("bundled-runs")
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:  # one test process: nothing to share
+        _run_bundled_suite(root)
+    else:
+        # The workers' base folders sit side by side in this session's own folder.
+        shared = tmp_path_factory.getbasetemp().parent / "bundled-runs-shared"
+        shared.mkdir(exist_ok=True)
+        made, complete = shared / "results", shared / "complete"
+        with open(shared / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one worker makes them; the others wait for it
+            if not complete.exists():
+                shutil.rmtree(made, ignore_errors=True)  # what a worker that failed midway left
+                made.mkdir()
+                _run_bundled_suite(made)
+                complete.touch()
+        shutil.copytree(made, root, dirs_exist_ok=True)
+    return BundledRuns(db=root / "arena.duckdb", scripted="nightly-scripted", random="nightly-random")
 
 
 @pytest.fixture()
