@@ -2,8 +2,9 @@
 
 A process killed with SIGKILL (the OOM killer, `kill -9`, a CI job's timeout) removes none of its
 temporary folders. Named this way, whoever watched it (`arena run`'s watcher, flows/reaper.py)
-finds them by its pid once it has ended and removes them. Two kinds use it: the local
-simulations' disks (adapters/vms/local.py, "sim") and the files fetched for evaluation
+finds them by its pid once it has ended and removes them. Three kinds use it: the local
+simulations' disks (adapters/vms/local.py, "sim"), a starting simulation's port file
+(adapters/waa/localenv/launcher.py, "port") and the files fetched for evaluation
 (flows/pool_engine.py, "cache").
 """
 
@@ -27,8 +28,7 @@ def process_dir_prefix(kind: str) -> str:
 def remove_process_dirs(owner_pid: int) -> list[Path]:
     """Remove the folders of every kind that process `owner_pid` left in the temporary folder;
     returns them. Only for a process that has ended: its folders are removed whole."""
-    # mkdtemp's random part has no '-', so another pid's folders (or a plain mkdtemp("waa-sim-"))
-    # never match.
+    # mkdtemp's random part has no '-', so another pid's folders never match.
     mine = re.compile(rf"waa-[a-z]+-{owner_pid}-[^-]+")
     left = sorted(p for p in Path(tempfile.gettempdir()).glob(f"waa-*-{owner_pid}-*") if mine.fullmatch(p.name))
     for folder in left:
