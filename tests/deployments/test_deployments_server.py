@@ -84,6 +84,12 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         attacker.stop()
 
 
+def _both_logs(prefect_api: dict[str, Any]) -> str:
+    """The serving process's and the server's log tails, for a failure message (the server logs an
+    automation's failed action: "Action failed: ...")."""
+    return f"serve log:\n{tail(prefect_api['serve_log'])}\nserver log:\n{tail(prefect_api['server_log'])}"
+
+
 @pytest.fixture()
 def client(prefect_api: dict[str, Any]) -> Iterator[Any]:
     from prefect.client.orchestration import get_client
@@ -155,9 +161,7 @@ def test_deployments_schedule_trigger_and_event_run(prefect_api: dict[str, Any],
     try:
         run = wait_for("a flow run of on-model-update for model test-ckpt-1", triggered_run, 60)
     except AssertionError as exc:
-        raise AssertionError(
-            f"{exc}\nserve log:\n{tail(prefect_api['serve_log'])}\nserver log:\n{tail(prefect_api['server_log'])}"
-        ) from None
+        raise AssertionError(f"{exc}\n{_both_logs(prefect_api)}") from None
     assert run.parameters["endpoint"] == model.url
     assert run.parameters["checkpoint"] is None
     assert run.parameters == {"model": "test-ckpt-1", "endpoint": model.url, "checkpoint": None,
@@ -200,7 +204,10 @@ def test_deployments_schedule_trigger_and_event_run(prefect_api: dict[str, Any],
         runs = client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[on_update.id])))
         return next((r for r in runs if r.parameters.get("model") == "test-ckpt-2"), None)
 
-    second = wait_for("a flow run of on-model-update for model test-ckpt-2", curl_run, 60)
+    try:
+        second = wait_for("a flow run of on-model-update for model test-ckpt-2", curl_run, 60)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_both_logs(prefect_api)}") from None
     assert second.parameters["checkpoint"] == "s3://ckpts/2"
     # 7. Its endpoint is not one the baseline admits: the run fails naming the baseline, before
     #    any VM or model call, and the caller's server never hears from the serving process.
