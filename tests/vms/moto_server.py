@@ -1,7 +1,7 @@
 """A real moto server process-in-a-thread for the AWS provider tests, plus botocore fault hooks.
 
-One `ThreadedMotoServer` on 127.0.0.1 (a free port) per test module; `reset()` wipes its state
-(POST /moto-api/reset) between tests. boto3 reaches it over HTTP through `endpoint_url`, so the
+One `ThreadedMotoServer` on 127.0.0.1 (a free port) per test module, starting empty; `reset()`
+wipes its state (POST /moto-api/reset) between tests. boto3 reaches it over HTTP through `endpoint_url`, so the
 provider's real request path (serialization, retries, waiters, paginators) runs unchanged.
 
 moto lacks throttling, capacity errors and CreateReplaceRootVolumeTask; `canned_response` builds
@@ -30,6 +30,10 @@ class MotoServer:
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.url = f"http://{host}:{port}"
+        # moto keeps its accounts' resources in the process, not in the server: without this a
+        # new server would show what an earlier test's server left (seen: a security group of
+        # another module's provider, in a test that asserts it leaves nothing behind).
+        self.reset()
 
     def reset(self) -> None:
         response = requests.post(self.url + "/moto-api/reset", timeout=10)
