@@ -15,7 +15,7 @@ import pytest
 from adapters import import_gc
 
 # Collecting imports every test module, and through them most of Prefect and the project, in each
-# of the four workers: with Python's collector paused meanwhile (adapters/import_gc.py) that takes
+# of the five workers: with Python's collector paused meanwhile (adapters/import_gc.py) that takes
 # about 3.3 s of CPU per worker instead of 5.3 s (measured). Resumed once collection ends
 # (`pytest_collection_finish`), or at once in xdist's controller, which collects nothing.
 import_gc.pause()

@@ -2,7 +2,7 @@
 
 `pytest.importorskip` at a module's top imports the package while the module is collected, and
 every pytest worker collects every module: the model SDKs, Azure's management clients, moto,
-datasets and pandas cost 0.3-2 s of CPU each to import, paid by all four workers although only
+datasets and pandas cost 0.3-2 s of CPU each to import, paid by all five workers although only
 the worker that runs the module's tests needs them (measured: about 5 s of each worker's 15 s of
 collection). `require` only looks the packages up; the tests import them when they run.
 """
