@@ -1,8 +1,9 @@
 """A real moto server process-in-a-thread for the AWS provider tests, plus botocore fault hooks.
 
 One `ThreadedMotoServer` on 127.0.0.1 (a free port) per test module, starting empty; `reset()`
-wipes its state (POST /moto-api/reset) between tests. boto3 reaches it over HTTP through `endpoint_url`, so the
-provider's real request path (serialization, retries, waiters, paginators) runs unchanged.
+wipes its state (POST /moto-api/reset) between tests. boto3 reaches it over HTTP through
+`endpoint_url`, so the provider's real request path (serialization, retries, waiters, paginators)
+runs unchanged.
 
 moto lacks throttling, capacity errors and CreateReplaceRootVolumeTask; `canned_response` builds
 the EC2 XML a botocore `before-send` hook returns instead of sending the request.
