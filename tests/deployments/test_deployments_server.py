@@ -92,10 +92,16 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
 EVENT_TO_RUN_SECONDS = 150
 
 
-def _both_logs(prefect_api: dict[str, Any]) -> str:
-    """The serving process's and the server's log tails, for a failure message (the server logs an
-    automation's failed action: "Action failed: ...")."""
-    return f"serve log:\n{tail(prefect_api['serve_log'])}\nserver log:\n{tail(prefect_api['server_log'])}"
+def _run_from_event(prefect_api: dict[str, Any], what: str, check: Any) -> Any:
+    """`wait_for` the flow run an event should make (EVENT_TO_RUN_SECONDS); a failure carries the
+    serving process's and the server's log tails (the server logs an automation's failed action:
+    "Action failed: ...")."""
+    try:
+        return wait_for(what, check, EVENT_TO_RUN_SECONDS)
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}\nserve log:\n{tail(prefect_api['serve_log'])}\nserver log:\n{tail(prefect_api['server_log'])}"
+        ) from None
 
 
 @pytest.fixture()
@@ -166,10 +172,7 @@ def test_deployments_schedule_trigger_and_event_run(prefect_api: dict[str, Any],
         runs = client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[on_update.id])))
         return next((r for r in runs if r.parameters.get("model") == "test-ckpt-1"), None)
 
-    try:
-        run = wait_for("a flow run of on-model-update for model test-ckpt-1", triggered_run, EVENT_TO_RUN_SECONDS)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{_both_logs(prefect_api)}") from None
+    run = _run_from_event(prefect_api, "a flow run of on-model-update for model test-ckpt-1", triggered_run)
     assert run.parameters["endpoint"] == model.url
     assert run.parameters["checkpoint"] is None
     assert run.parameters == {"model": "test-ckpt-1", "endpoint": model.url, "checkpoint": None,
@@ -212,10 +215,7 @@ def test_deployments_schedule_trigger_and_event_run(prefect_api: dict[str, Any],
         runs = client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[on_update.id])))
         return next((r for r in runs if r.parameters.get("model") == "test-ckpt-2"), None)
 
-    try:
-        second = wait_for("a flow run of on-model-update for model test-ckpt-2", curl_run, EVENT_TO_RUN_SECONDS)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{_both_logs(prefect_api)}") from None
+    second = _run_from_event(prefect_api, "a flow run of on-model-update for model test-ckpt-2", curl_run)
     assert second.parameters["checkpoint"] == "s3://ckpts/2"
     # 7. Its endpoint is not one the baseline admits: the run fails naming the baseline, before
     #    any VM or model call, and the caller's server never hears from the serving process.
