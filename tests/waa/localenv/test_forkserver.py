@@ -83,7 +83,19 @@ def test_exit_codes_and_signals_are_reported_as_popen_reports_them(tmp_path: Pat
             live.stop()
 
 
-def test_a_killed_fork_server_takes_its_simulations_and_a_new_one_serves_the_next(tmp_path: Path) -> None:
+def test_a_killed_fork_server_takes_its_simulations_and_a_new_one_serves_the_next(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A fork server of the test's own as this process's: killing the shared one would also take
+    # the simulations other tests in this process started (the session's `sim`).
+    own = forkserver.ForkServer()
+    monkeypatch.setattr(forkserver, "_SERVER", own)
+    try:
+        _kill_the_fork_server_and_start_again(tmp_path)
+    finally:
+        own.close()
+
+
+def _kill_the_fork_server_and_start_again(tmp_path: Path) -> None:
     first = start_local_env(tmp_path / "a")
     server = psutil.Process(first.pid).parent()
     assert server is not None
