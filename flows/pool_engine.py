@@ -36,13 +36,11 @@ Shards (flows/shard.py) run this same engine on their own hosts.
 from __future__ import annotations
 
 import concurrent.futures
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -55,7 +53,7 @@ from prefect.states import Completed, State
 from adapters.agents import AgentOptions, build_agent
 from adapters.benchmark import BenchmarkResult, BenchmarkTask
 from adapters.episode import EpisodeLimits
-from adapters.process_dirs import process_dir_prefix
+from adapters.process_dirs import temporary_process_dir
 from adapters.store.duckdb_store import ResultStore
 from adapters.store.recorder import RecorderClose, ResultRecorder
 from adapters.store.spool import ResultSpool, spool_dir
@@ -382,15 +380,15 @@ def _evaluate(r: PoolRunRequest, pool: VMPool, todo: list[WorkUnit], resources: 
     config, provider = r.config, r.provider
     r.budget.pool = pool
     flavor = config.flavor()
-    # Named after this process, so a SIGKILLed `arena run`'s watcher removes it too.
-    with tempfile.TemporaryDirectory(prefix=process_dir_prefix("cache")) as cache_dir:
+    # Removed by this process's folder guard too when the process is killed (adapters/process_dirs.py).
+    with temporary_process_dir("cache") as cache_dir:
         ctx = AttemptContext(
             provider=provider,
             catalog=r.catalog,
             agent_factory=lambda: build_agent(config.agent, r.agent_options),
             reset_level=config.reset_level,
             limits=EpisodeLimits(max_steps=config.max_steps, wall_clock_seconds=config.episode_timeout_seconds),
-            cache_dir=Path(cache_dir),
+            cache_dir=cache_dir,
             artifacts_dir=config.artifacts_dir / r.run_id,
             adapter_settings=LiveAdapterSettings(settle=config.settle_policy(provider.settle), flavor=flavor,
                                                  setup_waits=not provider.acts_synchronously,

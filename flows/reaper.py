@@ -10,8 +10,9 @@ The watcher notes the descendants of its parent every second; when the pipe reac
 the parent has ended, however it ended, and the watcher terminates the processes it last saw
 (SIGTERM, then SIGKILL after a grace period), removes what the kvm provider's VMs left on disk
 (their run directory: overlays, monitor sockets, logs; adapters/vms/kvm_runtime.py, which also
-ends any QEMU started after the last look) and its temporary folders (the local simulations'
-disks, the files fetched for evaluation: adapters/process_dirs.py), then exits. psutil keeps each
+ends any QEMU started after the last look) and the temporary folders `arena run` told it of
+through the same pipe (the local simulations' disks, the files fetched for evaluation: it is
+the folder guard of adapters/process_dirs.py), then exits. psutil keeps each
 process's start time, so a recycled pid is never signalled. (The local Prefect server is not among
 them: it is detached, shared with other runs, and stops by itself once none uses it;
 flows/local_server.py.)
@@ -26,25 +27,33 @@ import sys
 
 import psutil
 
+from adapters.process_dirs import ToldFolders, guard_with
+
 SNAPSHOT_SECONDS = 1.0
 GRACE_SECONDS = 5.0
 
 
 def start_reaper() -> subprocess.Popen[bytes]:
-    """Start the watcher for this process; keep the returned handle alive as long as the process."""
-    return subprocess.Popen(
+    """Start the watcher for this process, also its folder guard; keep the returned handle alive
+    as long as the process."""
+    reaper = subprocess.Popen(
         [sys.executable, "-m", "flows.reaper", str(os.getpid())],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # a Ctrl-C in the terminal reaches arena run, not the watcher
     )
+    assert reaper.stdin is not None
+    guard_with(reaper.stdin)
+    return reaper
 
 
 def watch(parent_pid: int) -> None:
-    """Block until stdin closes, then end the descendants of `parent_pid` seen last."""
+    """Block until stdin closes, then end the descendants of `parent_pid` seen last and remove the
+    folders told on stdin that are still there."""
     me = os.getpid()
     seen: list[psutil.Process] = []
+    folders = ToldFolders()
     while True:
         try:
             parent = psutil.Process(parent_pid)
@@ -52,8 +61,14 @@ def watch(parent_pid: int) -> None:
         except psutil.Error:
             break  # the parent is gone already
         readable, _, _ = select.select([sys.stdin.buffer], [], [], SNAPSHOT_SECONDS)
-        if readable and not sys.stdin.buffer.read1(1):
-            break  # end of file: the parent ended
+        if readable:
+            told = sys.stdin.buffer.read1(65536)
+            if not told:
+                break  # end of file: the parent ended
+            folders.feed(told)
+    # What the parent told just before it ended may still be in the pipe.
+    while select.select([sys.stdin.buffer], [], [], 0.5)[0] and (told := sys.stdin.buffer.read1(65536)):
+        folders.feed(told)
     alive = [p for p in seen if p.is_running()]
     for process in alive:
         try:
@@ -67,11 +82,10 @@ def watch(parent_pid: int) -> None:
         except psutil.Error:
             pass
     # Imported only now: the watcher must be watching within moments of its start.
-    from adapters.process_dirs import remove_process_dirs
     from adapters.vms.kvm_runtime import remove_leftovers_of
 
     remove_leftovers_of(parent_pid)
-    remove_process_dirs(parent_pid)
+    folders.remove()
 
 
 if __name__ == "__main__":

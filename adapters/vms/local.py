@@ -7,14 +7,13 @@ stand in for QEMU's loadvm, and a reboot replaces the process with a fresh one.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
 import requests
 
-from adapters.process_dirs import process_dir_prefix
+from adapters.process_dirs import process_dir
 from adapters.vms.base import ProviderError, ResetLevel, VMHandle, VMProvider
 from adapters.waa.client import WAAClient
 from adapters.waa.localenv.launcher import LocalEnvHandle, start_local_env
@@ -38,7 +37,7 @@ class LocalSimulationProvider(VMProvider):
         ready_timeout: float = 60.0,
     ) -> None:
         self._own_work_dir = work_dir is None
-        self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix=process_dir_prefix("sim")))
+        self.work_dir = work_dir or process_dir("sim")
         self.width = width
         self.height = height
         # Quirks mode reproduces a real server's slow readiness, slow accessibility tree,

@@ -112,6 +112,9 @@ def _start_serve(server: PrefectServer, tmp_path: Path, name: str) -> tuple[subp
         "PYTHONPATH": str(PROJECT),
         "ARENA_NIGHTLY_TIMEZONE": "Europe/Berlin",
     }
+    # The served runs' temporary folders (simulated disks, evaluation caches) land here.
+    (tmp_path / f"{name}-tmp").mkdir()
+    env["TMPDIR"] = str(tmp_path / f"{name}-tmp")
     log = tmp_path / f"{name}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "deployments.serve"], cwd=PROJECT, env=env,
@@ -166,8 +169,10 @@ def test_cancelled_served_run_is_stored_cancelled_leaves_no_process_and_resumes(
     except AssertionError as exc:
         raise AssertionError(f"{exc}\nserve log:\n{tail(log)}") from None
     assert state.type == StateType.CANCELLED, f"{state}\n{tail(log)}"
-    # Nothing of the run is left: every simulation it started has ended (none re-parented to PID 1).
+    # Nothing of the run is left: every simulation it started has ended (none re-parented to PID 1),
+    # and its temporary folders are gone, however Prefect ended its process.
     wait_for("the run's simulations to end", lambda: _simulations(simulations) == [], 15)
+    wait_for("the run's temporary folders to go", lambda: not list((tmp_path / "serve-tmp").glob("waa-*")), 15)
     status, recorded = _run_row(db, "cancel-me")
     assert status == "cancelled" and 1 <= recorded < 6, (status, recorded, tail(log))
     assert "StoreError" not in log.read_text(errors="replace"), tail(log)

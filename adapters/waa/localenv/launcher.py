@@ -23,7 +23,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any
 
 import requests
 
-from adapters.process_dirs import process_dir_prefix
+from adapters.process_dirs import process_dir
 
 from . import forkserver
 from .forkserver import REPO_ROOT
@@ -114,9 +113,8 @@ def start_local_env(root: Path, *, width: int = 1280, height: int = 800, startup
     settings = QuirkSettings.from_dict(quirk_settings) if quirks else None
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    # The port file's, gone once it is read; named after this process, as its other temporary
-    # folders are, so that what a killed `arena run` left is found and removed.
-    run_dir = Path(tempfile.mkdtemp(prefix=process_dir_prefix("port")))
+    # The port file's, gone once it is read, and with this process if it is killed first.
+    run_dir = process_dir("port")
     port_file = run_dir / "port"
     log_path = Path(log_path) if log_path else Path(f"{root.resolve()}.log")
     args = ["--host", "127.0.0.1", "--port", "0", "--root", str(root), "--port-file", str(port_file),
