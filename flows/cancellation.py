@@ -27,13 +27,14 @@ from uuid import UUID
 
 from prefect.exceptions import TerminationSignal
 
+from adapters.interrupts import raising
 from flows.bookkeeping import best_effort
 
 POLL_SECONDS = 2.0
 
 
 def _raise_termination(signum: int, frame: Any) -> None:
-    raise TerminationSignal(signal=signum)
+    raise raising(TerminationSignal(signal=signum))
 
 
 def terminate_on_sigterm() -> None:

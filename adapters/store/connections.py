@@ -46,6 +46,8 @@ from pathlib import Path
 
 import duckdb
 
+from adapters.interrupts import swallowed_signal
+
 log = logging.getLogger(__name__)
 
 NOTICE_SECONDS = 30.0
@@ -118,7 +120,8 @@ def connect(
     path: Path, *, read_only: bool, wait_seconds: float | None = None, private: bool = False
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection to the DuckDB file `path`, opened when no other process's lock is in the
-    way and closed on exit.
+    way and closed on exit. A signal that interrupts a query in the block raises what its handler
+    raised (a Ctrl-C: KeyboardInterrupt), not DuckDB's RuntimeError (adapters/interrupts.py).
 
     Waits (retrying with a short, growing, jittered pause) while another process holds the
     file; `wait_seconds=None` waits as long as it takes, logging a notice that names the holder
@@ -129,6 +132,25 @@ def connect(
     its own instead of the process's shared one, for a connection whose settings must not reach
     any other (`arena sql` turns off file access for good).
     """
+    with _signals_raised_again(), _connection(path, read_only, wait_seconds, private) as conn:
+        yield conn
+
+
+@contextlib.contextmanager
+def _signals_raised_again() -> Iterator[None]:
+    try:
+        yield
+    except (RuntimeError, duckdb.InterruptException) as exc:
+        # Nothing here calls DuckDB's interrupt(): a signal is what stopped the query.
+        if isinstance(exc, duckdb.InterruptException) or str(exc) == "Query interrupted":
+            raise swallowed_signal() from exc
+        raise
+
+
+@contextlib.contextmanager
+def _connection(
+    path: Path, read_only: bool, wait_seconds: float | None, private: bool
+) -> Iterator[duckdb.DuckDBPyConnection]:
     started = time.monotonic()
     next_notice = started + NOTICE_SECONDS
     pause = 0.005

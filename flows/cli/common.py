@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, overload
 
+from adapters.interrupts import raising
+
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
@@ -80,7 +82,7 @@ class CtrlC:
     @classmethod
     def _on_sigint(cls, signum: int, frame: object) -> None:
         cls.came = True
-        raise KeyboardInterrupt
+        raise raising(KeyboardInterrupt())
 
     @classmethod
     def _on_unraisable(cls, unraisable: sys.UnraisableHookArgs) -> None:

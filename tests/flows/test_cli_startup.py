@@ -47,7 +47,7 @@ def test_arena_help_imports_no_heavy_package() -> None:
     modules = _modules_after("from flows.cli import main; main(['--help'])")
     assert not _top(modules) & {"prefect", "pydantic", "duckdb", "requests", "flask", "PIL"}, sorted(modules)
     assert not {m for m in modules if m.startswith("adapters.") and m not in {
-        "adapters.secrets", "adapters.store_location", "adapters.vms", "adapters.vms.defaults"}}
+        "adapters.interrupts", "adapters.secrets", "adapters.store_location", "adapters.vms", "adapters.vms.defaults"}}
     assert len(modules) < 200, len(modules)  # was 1,467 with Prefect
 
 
