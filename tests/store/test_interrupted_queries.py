@@ -15,6 +15,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+
+def _ctrl_c_as_in_a_terminal() -> None:
+    # CI may run the tests as a shell's background job, whose processes start with SIGINT
+    # ignored; Python then installs no handler of its own and a Ctrl-C does nothing.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 # Installs the handler named by argv[2], then runs a query that takes minutes on the store's file.
 QUERY = """
 import sys
@@ -44,7 +50,8 @@ except BaseException as exc:
 def test_a_signal_during_a_query_raises_what_its_handler_raised(
         tmp_path: Path, handler: str, signum: int, raised: str) -> None:
     child = subprocess.Popen([sys.executable, "-c", QUERY, str(tmp_path / "arena.duckdb"), handler], cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=_ctrl_c_as_in_a_terminal)
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "querying", child.stderr.read() if child.stderr else ""
@@ -66,7 +73,8 @@ def test_ctrl_c_during_a_long_arena_sql_query_says_interrupted(tmp_path: Path) -
     ResultStore(tmp_path / "arena.duckdb").close()
     query = "SELECT count(*) FROM range(100000000000) a"
     arena = subprocess.Popen([sys.executable, "-m", "flows.cli", "sql", "--db", str(tmp_path / "arena.duckdb"), query],
-                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=_ctrl_c_as_in_a_terminal)
     try:
         # Its start-up takes well under a second of CPU; past 3 s it is inside the query.
         deadline = time.monotonic() + 60
