@@ -46,22 +46,36 @@ def _gone_within(seconds: float, *paths: Path) -> bool:
     return not any(p.exists() for p in paths)
 
 
+def _ended_within(seconds: float, pid: int) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def test_a_killed_process_folders_are_removed_and_no_one_elses(tmp_path: Path) -> None:
     maker, said = _start_maker(tmp_path, "wait")
-    made = [Path(p) for p in said["made"]]
-    assert [p.parent for p in made] == [tmp_path] * 3 and all(p.is_dir() for p in made)
-    assert [p.name.split("-")[:3] for p in made] == [["waa", kind, str(maker.pid)] for kind in ("sim", "port", "cache")]
-    # Named like the process's own folders but not made by it: what another process with the
-    # same pid in another PID namespace sharing /tmp would have.
-    other = tmp_path / f"waa-sim-{maker.pid}-another"
-    other.mkdir()
-    [guard] = said["guards"]
-    maker.send_signal(signal.SIGKILL)
-    maker.wait(timeout=10)
+    try:
+        made = [Path(p) for p in said["made"]]
+        assert [p.parent for p in made] == [tmp_path] * 3 and all(p.is_dir() for p in made)
+        assert [p.name.split("-")[:3] for p in made] == [["waa", kind, str(maker.pid)]
+                                                          for kind in ("sim", "port", "cache")]
+        # Named like the process's own folders but not made by it: what another process with the
+        # same pid in another PID namespace sharing /tmp would have.
+        other = tmp_path / f"waa-sim-{maker.pid}-another"
+        other.mkdir()
+        [guard] = said["guards"]
+    finally:
+        maker.send_signal(signal.SIGKILL)
+        maker.wait(timeout=10)
     assert _gone_within(10, *made), [p for p in made if p.exists()]
     assert other.is_dir()
-    psutil.wait_procs([psutil.Process(guard)], timeout=10)
-    assert not psutil.pid_exists(guard) or psutil.Process(guard).status() == psutil.STATUS_ZOMBIE
+    assert _ended_within(10, guard)
 
 
 def test_a_process_that_ends_normally_leaves_its_guard_nothing_but_its_own_folders(tmp_path: Path) -> None:
@@ -73,7 +87,7 @@ def test_a_process_that_ends_normally_leaves_its_guard_nothing_but_its_own_folde
     # The other two it left: its guard removes them once the process has ended.
     assert _gone_within(10, *map(Path, said["made"][:2]))
     assert sorted(tmp_path.iterdir()) == []
-    assert not psutil.pid_exists(guard) or psutil.Process(guard).status() == psutil.STATUS_ZOMBIE
+    assert _ended_within(10, guard)
 
 
 def test_paths_split_across_reads_are_put_back_together(tmp_path: Path) -> None:
