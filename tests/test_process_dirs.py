@@ -11,10 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from adapters.process_dirs import ToldFolders, process_dir
+from processes import ended_within
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,23 +39,11 @@ def _start_maker(tmp_path: Path, mode: str) -> tuple[subprocess.Popen[str], dict
     return maker, json.loads(maker.stdout.readline())
 
 
-def _gone_within(seconds: float, *paths: Path) -> bool:
+def _removed_within(seconds: float, *paths: Path) -> bool:
     deadline = time.monotonic() + seconds
     while any(p.exists() for p in paths) and time.monotonic() < deadline:
         time.sleep(0.1)
     return not any(p.exists() for p in paths)
-
-
-def _ended_within(seconds: float, pid: int) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_a_killed_process_folders_are_removed_and_no_one_elses(tmp_path: Path) -> None:
@@ -73,9 +61,9 @@ def test_a_killed_process_folders_are_removed_and_no_one_elses(tmp_path: Path) -
     finally:
         maker.send_signal(signal.SIGKILL)
         maker.wait(timeout=10)
-    assert _gone_within(10, *made), [p for p in made if p.exists()]
+    assert _removed_within(10, *made), [p for p in made if p.exists()]
     assert other.is_dir()
-    assert _ended_within(10, guard)
+    assert ended_within(guard, 10)
 
 
 def test_a_process_that_ends_normally_leaves_its_guard_nothing_but_its_own_folders(tmp_path: Path) -> None:
@@ -85,9 +73,9 @@ def test_a_process_that_ends_normally_leaves_its_guard_nothing_but_its_own_folde
     cache = Path(said["made"][2])
     assert not cache.exists()  # the process removed it itself
     # The other two it left: its guard removes them once the process has ended.
-    assert _gone_within(10, *map(Path, said["made"][:2]))
+    assert _removed_within(10, *map(Path, said["made"][:2]))
     assert sorted(tmp_path.iterdir()) == []
-    assert _ended_within(10, guard)
+    assert ended_within(guard, 10)
 
 
 def test_paths_split_across_reads_are_put_back_together(tmp_path: Path) -> None:

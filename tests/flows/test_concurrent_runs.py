@@ -17,6 +17,7 @@ import duckdb
 import psutil
 
 from flows.local_server import state_dir
+from processes import ended_within
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,18 +31,6 @@ def _env(home: Path, idle_seconds: str = "3") -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PREFECT_HOME=str(home), ARENA_LOCAL_SERVER_IDLE_SECONDS=idle_seconds)
     return env
-
-
-def _gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def test_users_starting_together_share_one_server_that_stops_when_idle(tmp_path: Path) -> None:
@@ -68,7 +57,7 @@ def test_users_starting_together_share_one_server_that_stops_when_idle(tmp_path:
                 user.stdin.write("\n")
                 user.stdin.flush()
             user.wait(timeout=30)
-    assert _gone(record["server_pid"], 30) and _gone(record["supervisor_pid"], 30)
+    assert ended_within(record["server_pid"], 30) and ended_within(record["supervisor_pid"], 30)
     assert not (state_dir(home) / "server.json").exists()
 
 
