@@ -26,12 +26,13 @@ import pytest
 import requests
 from ports import server_port
 from prefect_home import DATABASE, SEEDED_SERVER_SETTINGS, seeded_home
+from processes import ended_within
 
 from flows.cli import main
 from flows.doctor import local_server_lines
 from flows.local_server import (LocalServerError, ProcessRef, RunningServer, ensure_server,
                                 find_running_servers, state_dir)
-from tests.flows.test_concurrent_runs import ROOT, USER, _env, _gone
+from tests.flows.test_concurrent_runs import ROOT, USER, _env
 
 LONG_IDLE = "30"
 
@@ -71,7 +72,7 @@ def _all_gone(pids: list[int], timeout: float) -> float | None:
     """Seconds until every pid has ended, or None if one still runs after `timeout`."""
     started = time.monotonic()
     for pid in pids:
-        if not _gone(pid, max(0.0, timeout - (time.monotonic() - started))):
+        if not ended_within(pid, max(0.0, timeout - (time.monotonic() - started))):
             return None
     return time.monotonic() - started
 
@@ -166,7 +167,7 @@ def test_the_server_dies_with_its_supervisor(tmp_path: Path, database: str) -> N
     user, record = _user(home, database)
     try:
         os.kill(int(str(record["supervisor_pid"])), signal.SIGKILL)
-        assert _gone(int(str(record["server_pid"])), 5), "the server outlived its supervisor"
+        assert ended_within(int(str(record["server_pid"])), 5), "the server outlived its supervisor"
     finally:
         user.kill()
         _kill_left(record)
