@@ -27,7 +27,7 @@ from uuid import UUID
 
 from prefect.exceptions import TerminationSignal
 
-from adapters.interrupts import raising
+from adapters.interrupts import raises_always, raising
 from flows.bookkeeping import best_effort
 
 POLL_SECONDS = 2.0
@@ -41,7 +41,7 @@ def terminate_on_sigterm() -> None:
     """SIGTERM raises TerminationSignal in the main thread, before, during and after the flow, so
     `arena run` can end with its own message and exit status. Only for a process that is ours
     (`arena run`), never a test's."""
-    signal.signal(signal.SIGTERM, _raise_termination)
+    signal.signal(signal.SIGTERM, raises_always(_raise_termination))
 
 
 def _current_flow_run() -> Any:

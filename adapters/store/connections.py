@@ -46,7 +46,7 @@ from pathlib import Path
 
 import duckdb
 
-from adapters.interrupts import swallowed_signal
+from adapters.interrupts import interrupted_by_signals, swallowed_signal
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +120,9 @@ def connect(
     path: Path, *, read_only: bool, wait_seconds: float | None = None, private: bool = False
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection to the DuckDB file `path`, opened when no other process's lock is in the
-    way and closed on exit. A signal that interrupts a query in the block raises what its handler
-    raised (a Ctrl-C: KeyboardInterrupt), not DuckDB's RuntimeError (adapters/interrupts.py).
+    way and closed on exit. A Ctrl-C or SIGTERM that arrives during a query in the block stops it
+    at once and raises what its handler raised (a Ctrl-C: KeyboardInterrupt), not DuckDB's error
+    (adapters/interrupts.py).
 
     Waits (retrying with a short, growing, jittered pause) while another process holds the
     file; `wait_seconds=None` waits as long as it takes, logging a notice that names the holder
@@ -133,7 +134,8 @@ def connect(
     any other (`arena sql` turns off file access for good).
     """
     with _signals_raised_again(), _connection(path, read_only, wait_seconds, private) as conn:
-        yield conn
+        with interrupted_by_signals(conn):
+            yield conn
 
 
 @contextlib.contextmanager
@@ -141,7 +143,7 @@ def _signals_raised_again() -> Iterator[None]:
     try:
         yield
     except (RuntimeError, duckdb.InterruptException) as exc:
-        # Nothing here calls DuckDB's interrupt(): a signal is what stopped the query.
+        # Only a signal interrupts a query here (adapters/interrupts.py calls interrupt() for one).
         if isinstance(exc, duckdb.InterruptException) or str(exc) == "Query interrupted":
             raise swallowed_signal() from exc
         raise

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, overload
 
-from adapters.interrupts import raising
+from adapters.interrupts import raises_always, raising
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -74,7 +74,7 @@ class CtrlC:
     @classmethod
     def handle(cls) -> None:
         """Install the handler, also where SIGINT was ignored (a background job of a script)."""
-        signal.signal(signal.SIGINT, cls._on_sigint)
+        signal.signal(signal.SIGINT, raises_always(cls._on_sigint))
         if sys.unraisablehook != cls._on_unraisable:  # once: the hook it replaces still gets the rest
             cls._next_hook = staticmethod(sys.unraisablehook)
             sys.unraisablehook = cls._on_unraisable
