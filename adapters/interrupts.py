@@ -5,7 +5,8 @@ Two things go wrong when a Ctrl-C (or `arena run`'s SIGTERM) arrives during a Du
 - The query goes on. Python runs a signal's handler only when the main thread runs Python again,
   and DuckDB looks for a pending signal only now and then: on this 2-core machine under load, a
   query on two threads went on for 25 to over 100 s after the signal (measured with DuckDB
-  2.0.1, in about one query of three; always at once on one thread or on an idle machine).
+  2.0.1: 4 of 16 queries by hand, and all four such tests in one whole test run; at once on one
+  thread or on an idle machine).
   `interrupted_by_signals` makes it stop at once: Python's own C-level handler writes each
   signal's number to a pipe (`signal.set_wakeup_fd`), a thread waiting on that pipe calls the
   query's `interrupt()` (DuckDB's way to stop a query from another thread: within 10 ms, 16 of
