@@ -28,10 +28,12 @@ def server_for_this_process(home: Path, log: Path, settings: Mapping[str, str] |
 @contextmanager
 def api_for_this_block(api_url: str) -> Iterator[str]:
     """`api_url` as this process's Prefect API for the block, for in-process runs on a server
-    other than the process's own (another test server, a proxy in front of it); yields it. At
-    the end, the process's background work ends (`end_background_work`)."""
+    other than the process's own (another test server, a proxy in front of it); yields it. The
+    process's background work ends before the block and at its end (`end_background_work`), so
+    the block's events go to `api_url` and later ones do not."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
+    end_background_work()
     with temporary_settings({PREFECT_API_URL: api_url}):
         try:
             yield api_url

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import tempfile
@@ -152,21 +153,78 @@ _session_api: list[str] = []
 
 @pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """One Prefect server for every flow test of the test process: the local server's app, as
-    `arena run` starts it, on an already-migrated home (tests/prefect_home.py: about 5 s of
-    start-up saved per test process)."""
+    """One Prefect server for every flow test: the local server's app, as `arena run` starts it,
+    on an already-migrated home (tests/prefect_home.py: about 5 s of start-up saved).
+
+    The xdist workers share one (`_shared_server`): a server costs about 3 CPU-s to start and
+    1.2-1.7 CPU-s a minute while idle, so five of them, each idle most of a 10-15 minute suite,
+    cost about 100 CPU-s more than one. A test process of its own (`-n 0`) has one of its own."""
     from prefect_home import SEEDED_SERVER_SETTINGS, seeded_home
 
     from bench.prefect_server import server_for_this_process
 
-    folder = tmp_path_factory.mktemp("prefect-server")
-    with server_for_this_process(seeded_home(folder / "home"), folder / "server.log",
-                                 SEEDED_SERVER_SETTINGS) as api_url:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        context = _shared_server(tmp_path_factory.getbasetemp().parent / "shared-prefect")
+    else:
+        folder = tmp_path_factory.mktemp("prefect-server")
+        context = server_for_this_process(seeded_home(folder / "home"), folder / "server.log", SEEDED_SERVER_SETTINGS)
+    with context as api_url:
         _session_api.append(api_url)
         try:
             yield
         finally:
             _session_api.clear()
+
+
+@contextlib.contextmanager
+def _shared_server(home: Path) -> Iterator[str]:
+    """The test run's one Prefect server on `home` (a folder all xdist workers of the run see),
+    held by this worker until the block ends; yields its API URL, made this process's API.
+
+    It is the shared local server `arena run` uses (flows/local_server.py `ensure_server`): the
+    first worker starts it, the others find it, each holds it for as long as it runs, and it
+    stops once none has for ARENA_LOCAL_SERVER_IDLE_SECONDS (5 s here), however the workers end.
+    The runs of different workers meet on it, so each test names its runs uniquely (a run's
+    concurrency limit is named after its run id), and a test that changes what all runs use, or
+    counts on being alone, asks for `own_prefect_server`."""
+    import fcntl
+    from unittest import mock
+
+    from prefect.context import _temporary_global_settings_context, get_settings_context
+    from prefect_home import DATABASE, SEEDED_SERVER_SETTINGS, seeded_home
+
+    from bench.prefect_server import api_for_this_block
+    from flows.local_server import ensure_server
+
+    with open(f"{home}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (home / DATABASE).exists():
+            seeded_home(home)
+    # The server's own settings: its supervisor passes this process's environment down to it.
+    server_env = {"PREFECT_HOME": str(home), "PREFECT_UI_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING",
+                  **SEEDED_SERVER_SETTINGS}
+    with mock.patch.dict(os.environ, server_env):
+        server = ensure_server(home)
+    try:
+        with api_for_this_block(server.api_url), _temporary_global_settings_context(get_settings_context()):
+            yield server.api_url
+    finally:
+        server.release()
+
+
+@pytest.fixture()
+def own_prefect_server(tmp_path: Path) -> Iterator[str]:
+    """A Prefect server of the test's own (the local server's app on a migrated home), made the
+    process's API for the test; yields its URL. For a test that changes what every run on its
+    server uses, or counts on being the server's only user."""
+    from prefect_home import SEEDED_SERVER_SETTINGS, seeded_home
+
+    from bench.prefect_server import api_for_this_block
+    from flows.local_server import serving_app
+
+    with serving_app(seeded_home(tmp_path / "own-prefect"), tmp_path / "own-prefect.log",
+                     SEEDED_SERVER_SETTINGS) as api_url, api_for_this_block(api_url):
+        yield api_url
 
 
 @pytest.fixture(autouse=True)

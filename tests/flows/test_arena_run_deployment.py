@@ -23,7 +23,10 @@ def _fresh_lookup() -> str:
         return evaluate_suite._arena_run_deployment(client)
 
 
-def test_the_arena_run_deployment_is_registered_once_and_again_only_when_it_changed(prefect_server: None) -> None:
+def test_the_arena_run_deployment_is_registered_once_and_again_only_when_it_changed(
+        prefect_server: None, own_prefect_server: str) -> None:
+    # On a server of its own: it changes the deployment that every `arena run` on a server uses;
+    # the other test processes' runs on the shared one would meet that (or rewrite it meanwhile).
     with get_client(sync_client=True) as client:
         name = f"{evaluate_suite.evaluate_suite.name}/{evaluate_suite.ARENA_RUN_DEPLOYMENT}"
         first = _fresh_lookup()

@@ -2,8 +2,8 @@
 and still records every one, with its final state, within its flush interval after the flow returns
 (waited for here up to 30 s).
 
-Against the tests' Prefect server, which is the local server's app with its settings
-(bench/prefect_server.py). Prefect ignores a setting whose name it does not know, so a
+Against a server of the test's own: the local server's app with its settings (tests/conftest.py
+`own_prefect_server`). Prefect ignores a setting whose name it does not know, so a
 renamed setting would quietly bring back one write per event: the batches are checked on what
 the server wrote (a batch's task runs share its `created` time).
 """
@@ -33,7 +33,9 @@ def _flow_run_id() -> UUID:
     return UUID(recording())
 
 
-def test_task_runs_are_recorded_in_batches_and_every_one_reaches_its_final_state(prefect_server: None) -> None:
+def test_task_runs_are_recorded_in_batches_and_every_one_reaches_its_final_state(
+        prefect_server: None, own_prefect_server: str) -> None:
+    # On a server of its own: the other test processes' task runs would share its batches.
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
