@@ -70,8 +70,7 @@ class _Relay:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._under_way: dict[int, Interruptible] = {}
-        self._next = 0
+        self._under_way: list[Interruptible] = []
         self._pipe: tuple[int, int] | None = None
         self._unavailable = False
 
@@ -106,14 +105,14 @@ class _Relay:
         while True:
             try:
                 received = os.read(read_end, 64)
-            except OSError:  # closed in a forked child's copy of this thread's state: nothing to do
+            except OSError:  # the pipe is gone: nothing more to relay
                 return
             if not received:
                 return
             if any(signum in _STOPPING_SIGNALS and signal.getsignal(signum) in _RAISING_HANDLERS
                    for signum in received):
                 with self._lock:
-                    under_way = list(self._under_way.values())
+                    under_way = list(self._under_way)
                 for query in under_way:
                     with contextlib.suppress(Exception):  # one already ended has nothing to stop
                         query.interrupt()
@@ -124,14 +123,12 @@ class _Relay:
             yield
             return
         with self._lock:
-            key = self._next
-            self._next += 1
-            self._under_way[key] = query
+            self._under_way.append(query)
         try:
             yield
         finally:
             with self._lock:
-                del self._under_way[key]
+                self._under_way.remove(query)
 
     def forget_in_child(self) -> None:
         """After a fork: the child's signals are its own; its copy of the pipe is given up (the
@@ -143,7 +140,7 @@ class _Relay:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._lock = threading.Lock()  # another thread may have held it at the fork
-        self._under_way, self._pipe, self._unavailable = {}, None, False
+        self._under_way, self._pipe, self._unavailable = [], None, False
 
 
 _relay = _Relay()
