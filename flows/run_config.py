@@ -324,7 +324,8 @@ class StoreWait:
     (no VM time or model money is spent on results that cannot be stored), for at most `outage`
     seconds (ARENA_STORE_OUTAGE_WAIT_SECONDS, default 600); then the run starts nothing more. At
     its end a run waits `flush` seconds (ARENA_STORE_FLUSH_SECONDS, default 120) for results
-    still waiting, then ends as a store failure with them safe in its spool."""
+    still waiting (not after an outage that already outlasted `outage`), then ends as a store
+    failure with them safe in its spool."""
 
     flush: float = 120.0
     outage: float = 600.0

@@ -93,6 +93,7 @@ class ResultRecorder:
         self._spooled: set[tuple[str, int]] = set()  # (task, attempt) of those the spool holds
         self._writing = 0  # results taken for a write and not yet settled
         self._held_back = False  # lanes were told to hold back during this outage
+        self._gave_up = False  # this outage outlasted a lane's `max_wait`: the run starts nothing more
         self._closed = False
         self._stop_retrying = False
         self._cond = threading.Condition()
@@ -130,6 +131,8 @@ class ResultRecorder:
         gone for good, start nothing more). Returns True at once when the store keeps up."""
         deadline = None
         with self._cond:
+            if self._gave_up and self.outage is not None:
+                return False
             # Counted with those being offered to the store again (a retry empties the waiting list).
             while self.outage is not None and self._unstored() >= bound and not stop():
                 now = _monotonic()
@@ -141,6 +144,7 @@ class ResultRecorder:
                         self._held_back = True
                 if now >= deadline:
                     log.error("run %s: the store has not come back in %.0f s; no new task starts", self.run_id, max_wait)
+                    self._gave_up = True
                     return False
                 self._cond.wait(min(poll_seconds, deadline - now))
         return True
@@ -148,7 +152,15 @@ class ResultRecorder:
     def close(self, timeout: float | None = None) -> RecorderClose:
         """Flush for up to `timeout` seconds, then stop the writer thread. Results the store
         has not taken by then stay in the spool (or, if it could not take them either, are
-        reported as lost)."""
+        reported as lost). After an outage that already outlasted `wait_for_room`'s wait, it
+        does not wait again: the run has waited for that store once."""
+        with self._cond:
+            waiting, gave_up = self._unstored(), self._gave_up and self.outage is not None
+        if waiting and gave_up:
+            timeout = 0.0
+        elif waiting and self.outage is not None:
+            log.warning("run %s: %d result(s) wait for the store; the run ends when it takes them%s", self.run_id,
+                        waiting, "" if timeout is None else f", or in {timeout:.0f} s with them in its spool")
         flushed = self.flush(timeout)
         with self._cond:
             self._closed = True
@@ -218,6 +230,7 @@ class ResultRecorder:
             with self._cond:
                 self.outage = None
                 self._held_back = False
+                self._gave_up = False
         return refused
 
     def _stored(self, result: BenchmarkResult) -> None:
@@ -253,7 +266,7 @@ class ResultRecorder:
         with self._cond:
             if self.outage is None:
                 log.error("run %s: the store cannot take results (%s); they wait in %s until it is back",
-                          self.run_id, reason, self.spool.directory if self.spool else "memory")
+                          self.run_id, reason, self.spool.directory if self.spool is not None else "memory")
             self.outage = reason
 
 
