@@ -159,15 +159,10 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     The xdist workers share one (`_shared_server`): a server costs about 3 CPU-s to start and
     1.2-1.7 CPU-s a minute while idle, so five of them, each idle most of a 10-15 minute suite,
     cost about 100 CPU-s more than one. A test process of its own (`-n 0`) has one of its own."""
-    from prefect_home import SEEDED_SERVER_SETTINGS, seeded_home
-
-    from bench.prefect_server import server_for_this_process
-
     if os.environ.get("PYTEST_XDIST_WORKER"):
         context = _shared_server(tmp_path_factory.getbasetemp().parent / "shared-prefect")
     else:
-        folder = tmp_path_factory.mktemp("prefect-server")
-        context = server_for_this_process(seeded_home(folder / "home"), folder / "server.log", SEEDED_SERVER_SETTINGS)
+        context = _server_of_its_own(tmp_path_factory.mktemp("prefect-server"))
     with context as api_url:
         _session_api.append(api_url)
         try:
@@ -212,18 +207,22 @@ def _shared_server(home: Path) -> Iterator[str]:
         server.release()
 
 
+def _server_of_its_own(folder: Path) -> contextlib.AbstractContextManager[str]:
+    """The local server's app on a migrated home in `folder`, made this process's API for the
+    block (bench/prefect_server.py `server_for_this_process`); yields its URL."""
+    from prefect_home import SEEDED_SERVER_SETTINGS, seeded_home
+
+    from bench.prefect_server import server_for_this_process
+
+    return server_for_this_process(seeded_home(folder / "home"), folder / "server.log", SEEDED_SERVER_SETTINGS)
+
+
 @pytest.fixture()
 def own_prefect_server(tmp_path: Path) -> Iterator[str]:
     """A Prefect server of the test's own (the local server's app on a migrated home), made the
     process's API for the test; yields its URL. For a test that changes what every run on its
     server uses, or counts on being the server's only user."""
-    from prefect_home import SEEDED_SERVER_SETTINGS, seeded_home
-
-    from bench.prefect_server import api_for_this_block
-    from flows.local_server import serving_app
-
-    with serving_app(seeded_home(tmp_path / "own-prefect"), tmp_path / "own-prefect.log",
-                     SEEDED_SERVER_SETTINGS) as api_url, api_for_this_block(api_url):
+    with _server_of_its_own(tmp_path / "own-prefect") as api_url:
         yield api_url
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -150,34 +152,39 @@ def test_results_the_store_never_took_stay_in_the_spool_and_a_later_drain_writes
     assert len(spool) == 0
 
 
-def _until_refused(recorder: ResultRecorder) -> None:
-    deadline = time.monotonic() + 30
-    while recorder.outage is None:
-        assert time.monotonic() < deadline, "the held file was never refused"
-        time.sleep(0.05)
+@contextmanager
+def _refused_by_a_held_store(tmp_path: Path) -> Iterator[tuple[ResultRecorder, _Holder, ResultSpool]]:
+    """A recorder with one result ("a") that its store has refused: another process holds the
+    DuckDB file (released at the end of the block, if the test has not released it)."""
+    path = tmp_path / "r.duckdb"
+    with ResultStore(path) as setup:
+        setup.start_run(RunInfo(run_id="run", agent="scripted", suite="s"))
+    spool = ResultSpool(tmp_path / "spool")
+    with ResultStore(path, wait_seconds=0.2) as store:
+        holder = _Holder(path)
+        try:
+            recorder = ResultRecorder(store, "run", spool=spool, retry_seconds=0.05, max_retry_seconds=0.2)
+            recorder.record(_result("a"))
+            deadline = time.monotonic() + 30
+            while recorder.outage is None:
+                assert time.monotonic() < deadline, "the held file was never refused"
+                time.sleep(0.05)
+            yield recorder, holder, spool
+        finally:
+            holder.release()
 
 
 def test_after_the_outage_wait_ran_out_the_end_does_not_wait_again_and_the_log_names_the_spool(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    path = tmp_path / "r.duckdb"
-    with ResultStore(path) as setup:
-        setup.start_run(RunInfo(run_id="run", agent="scripted", suite="s"))
-    spool = ResultSpool(tmp_path / "spool")
-    with ResultStore(path, wait_seconds=0.2) as store, caplog.at_level("WARNING", logger="adapters.store.recorder"):
-        holder = _Holder(path)
-        try:
-            recorder = ResultRecorder(store, "run", spool=spool, retry_seconds=0.05, max_retry_seconds=0.2)
-            recorder.record(_result("a"))
-            _until_refused(recorder)
-            assert recorder.wait_for_room(1, max_wait=0.5, stop=lambda: False) is False  # the outage wait ran out
-            # Another lane asking later is told at once, not after a wait of its own.
-            started = time.monotonic()
-            assert recorder.wait_for_room(1, max_wait=60, stop=lambda: False) is False
-            closed = recorder.close(60)  # the end's flush window: not waited again
-            took = time.monotonic() - started
-        finally:
-            holder.release()
+    with caplog.at_level("WARNING", logger="adapters.store.recorder"), \
+            _refused_by_a_held_store(tmp_path) as (recorder, _, spool):
+        assert recorder.wait_for_room(1, max_wait=0.5, stop=lambda: False) is False  # the outage wait ran out
+        # Another lane asking later is told at once, not after a wait of its own.
+        started = time.monotonic()
+        assert recorder.wait_for_room(1, max_wait=60, stop=lambda: False) is False
+        closed = recorder.close(60)  # the end's flush window: not waited again
+        took = time.monotonic() - started
     assert took < 30, f"the end waited {took:.1f} s for a store it had already given up on"
     assert [r.task_id for r in closed.spooled] == ["a"] and not closed.complete
     outage = [r.getMessage() for r in caplog.records if "cannot take results" in r.getMessage()]
@@ -187,15 +194,8 @@ def test_after_the_outage_wait_ran_out_the_end_does_not_wait_again_and_the_log_n
 def test_results_waiting_at_the_end_of_a_blip_are_waited_for_and_the_log_says_so(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    path = tmp_path / "r.duckdb"
-    with ResultStore(path) as setup:
-        setup.start_run(RunInfo(run_id="run", agent="scripted", suite="s"))
-    spool = ResultSpool(tmp_path / "spool")
-    with ResultStore(path, wait_seconds=0.2) as store, caplog.at_level("WARNING", logger="adapters.store.recorder"):
-        holder = _Holder(path)
-        recorder = ResultRecorder(store, "run", spool=spool, retry_seconds=0.05, max_retry_seconds=0.2)
-        recorder.record(_result("a"))
-        _until_refused(recorder)
+    with caplog.at_level("WARNING", logger="adapters.store.recorder"), \
+            _refused_by_a_held_store(tmp_path) as (recorder, holder, spool):
         threading.Timer(1.0, holder.release).start()
         assert recorder.close(60).complete  # the store came back within the end's window
     assert any("wait for the store; the run ends when it takes them, or in 60 s" in r.getMessage()
