@@ -35,6 +35,7 @@ a filesystem shared by every host at the same path.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import socket
 import threading
@@ -48,6 +49,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.context import FlowRunContext
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run as runtime_flow_run
@@ -59,6 +61,7 @@ from pydantic import BaseModel, Field
 from adapters.agents import build_agent
 from adapters.benchmark import BenchmarkResult, BenchmarkTask
 from adapters.store.duckdb_store import ResultStore
+from adapters.store.writers import IssuedTicket, ShardTicket, new_ticket
 from adapters.vms.janitor import sweep_run
 from adapters.vms.registry import build_provider
 from adapters.waa.catalog import WAATaskCatalog
@@ -67,7 +70,7 @@ from flows.pool_engine import PoolRunRequest, evaluate_on_pool, longest_first, r
 from flows.progress import RunProgress, progress_line
 from flows.provenance import code_revision, run_info
 from flows.run_config import SuiteRunConfig
-from flows.shard_signing import check_shard_signature, sign_shard
+from flows.shard_signing import check_shard_signature, check_shard_ticket, shard_idempotency_key, sign_shard
 from flows.summary import run_completeness
 from tasks.record import record_result
 
@@ -78,6 +81,10 @@ SHARD_DB_DIR_ENV = "ARENA_SHARD_DB_DIR"
 # How often the controller reads the state of its shard runs; a shard runs for minutes on real
 # VMs, so a few seconds of delay in noticing its end costs nothing.
 SHARD_POLL_SECONDS = 2.0
+# A shard's ticket may be spent until its run's shard start timeout has passed since it was
+# issued, plus this margin: the controller cancels a shard still scheduled at the timeout, and a
+# worker that took it a moment before needs a little longer to start it.
+TICKET_SLACK_SECONDS = 60.0
 # SuiteRunConfig.pool_size's upper bound. A shard runs one lane thread per VM; its task runner is
 # pinned to this many threads so that a worker host's PREFECT_TASK_RUNNER_THREAD_POOL_MAX_WORKERS
 # (Prefect's default is unbounded) cannot leave lanes waiting for a thread.
@@ -197,26 +204,39 @@ def evaluate_shard(
     suite_hash: str | None = None,
     first_attempts: dict[str, int] | None = None,
     expected_seconds: dict[str, float] | None = None,
+    ticket: str | None = None,
+    expires_at: str | None = None,
     signature: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate `config.task_ids` of run `config.run_id` on this host's own VM pool.
 
     Started by the controller (`evaluate_suite` with `shards` > 0), which passes the suite's
-    content hash, each task's next attempt number and expected duration, and signs them
-    (`signature`, ARENA_SHARD_SECRET): unsigned or altered parameters are refused before
-    anything starts. Returns a ShardOutcome as JSON: every attempt recorded, for the controller
-    to store in the run's file.
+    content hash, each task's next attempt number and expected duration, the shard's ticket and
+    the time by which it must start, and signs them (`signature`, ARENA_SHARD_SECRET): unsigned
+    or altered parameters, and a ticket that is late, spent, or not this flow run's, are
+    refused before anything starts (flows/shard_signing.py). Returns a ShardOutcome as JSON:
+    every attempt recorded, for the controller to store in the run's file.
     """
     check_shard_signature(
-        shard_parameters(config, shard, shards, suite_hash, first_attempts or {}, expected_seconds or {}), signature
+        shard_parameters(config, shard, shards, suite_hash, first_attempts or {}, expected_seconds or {}, ticket,
+                         expires_at),
+        signature,
     )
-    outcome = run_shard(config, shard, shards, suite_hash, first_attempts, expected_seconds)
+    context = FlowRunContext.get()
+    flow_run = context.flow_run if context is not None else None
+    check_shard_ticket(
+        ticket, expires_at, flow_run_name=shard_flow_run_name(config.run_id or "no-run-id", shard, shards),
+        idempotency_key=flow_run.idempotency_key if flow_run is not None else None,
+        spent_dir=shard_db_dir() / "spent-tickets",
+    )
+    assert ticket is not None  # checked above
+    outcome = run_shard(config, shard, shards, suite_hash, first_attempts, expected_seconds, ticket)
     return outcome.model_dump(mode="json")
 
 
 def shard_parameters(
     config: SuiteRunConfig, shard: int, shards: int, suite_hash: str | None,
-    first_attempts: dict[str, int], expected_seconds: dict[str, float],
+    first_attempts: dict[str, int], expected_seconds: dict[str, float], ticket: str | None, expires_at: str | None,
 ) -> dict[str, Any]:
     """A shard's flow run parameters, as JSON values (what the controller signs and sends)."""
     return {
@@ -226,6 +246,8 @@ def shard_parameters(
         "suite_hash": suite_hash,
         "first_attempts": first_attempts,
         "expected_seconds": expected_seconds,
+        "ticket": ticket,
+        "expires_at": expires_at,
     }
 
 
@@ -236,8 +258,10 @@ def run_shard(
     suite_hash: str | None,
     first_attempts: dict[str, int] | None,
     expected_seconds: dict[str, float] | None,
+    ticket: str,
 ) -> ShardOutcome:
-    """The shard's work: the local mode's pool and lanes over its tasks, into a local file."""
+    """The shard's work: the local mode's pool and lanes over its tasks, into a local file (or
+    the team store, where it first spends its `ticket`)."""
     logger = get_run_logger()
     if not config.run_id:
         raise ValueError("evaluate-shard needs config.run_id: the id of the run the shard belongs to")
@@ -275,6 +299,7 @@ def run_shard(
             if store.get_run(run_id) is None:
                 raise ShardError(f"run {run_id!r} is not in the team store {store.location}; "
                                  "shards are started by their controller")
+            store.spend_shard_ticket(ShardTicket(run_id, ticket, flow_run_id))
             budget = RunBudget(config)  # this shard's share of the run's budget (shard_budget_limits)
         else:
             store.start_run(run_info(config, run_id, catalog, [t.task_id for t in tasks], agent_config, provider))
@@ -425,6 +450,13 @@ class ShardRun:
         return f"shard {self.shard}/{self.shards} (flow run {self.name!r}, id {self.flow_run_id})"
 
 
+def issue_tickets(config: SuiteRunConfig, shards: int) -> list[IssuedTicket]:
+    """A new ticket for each of `shards` shards, to be spent by the time its start may take."""
+    expires = dt.datetime.now(dt.timezone.utc) + dt.timedelta(
+        seconds=config.shard_start_timeout_seconds + TICKET_SLACK_SECONDS)
+    return [IssuedTicket(new_ticket(), shard, expires.replace(tzinfo=None)) for shard in range(1, shards + 1)]
+
+
 def start_shards(
     config: SuiteRunConfig,
     run_id: str,
@@ -433,28 +465,32 @@ def start_shards(
     expected_seconds: dict[str, float],
     first_attempts: dict[str, int],
     limits: dict[str, Any],
+    tickets: list[IssuedTicket],
 ) -> Iterator[ShardRun]:
-    """Create one flow run of the shard deployment per group, without waiting for any; yields
-    each as it is created (so a caller that fails half-way knows which ones to cancel).
+    """Create one flow run of the shard deployment per group (with its ticket, recorded in the
+    run's store before), without waiting for any; yields each as it is created (so a caller
+    that fails half-way knows which ones to cancel).
 
-    Each creation carries an idempotency key (the run, the shard and this call): Prefect's client
+    Each creation carries an idempotency key (the shard's name and its ticket): Prefect's client
     sends a request again when its answer does not arrive (a server busy past the client's 60 s
     timeout), and without the key the server made a second flow run of the same shard, which a
-    worker then ran too: its tasks twice, one of the two untracked."""
-    invocation = uuid.uuid4().hex  # a resume's shards are new runs, not the earlier ones again
-    for shard, group in enumerate(groups, start=1):
+    worker then ran too: its tasks twice, one of the two untracked. The shard checks that its
+    own flow run carries that key (flows/shard_signing.py): a copy of its parameters in another
+    flow run is refused."""
+    for shard, (group, ticket) in enumerate(zip(groups, tickets, strict=True), start=1):
         ids = [t.task_id for t in group]
         cfg = shard_config(config, run_id, shard, len(groups), group, limits)
         name = shard_flow_run_name(run_id, shard, len(groups))
         firsts = {i: first_attempts[i] for i in ids}
         parameters = shard_parameters(cfg, shard, len(groups), suite_hash, firsts,
-                                      {i: expected_seconds[i] for i in ids if i in expected_seconds})
+                                      {i: expected_seconds[i] for i in ids if i in expected_seconds},
+                                      ticket.ticket, ticket.expires_at.replace(tzinfo=dt.timezone.utc).isoformat())
         try:
             created = run_deployment(
                 config.shard_deployment,
                 parameters={**parameters, "signature": sign_shard(parameters)},
                 flow_run_name=name,
-                idempotency_key=f"{name}/{invocation}",
+                idempotency_key=shard_idempotency_key(name, ticket.ticket),
                 timeout=0,  # return at once: the shards run at the same time, on whatever workers poll
                 tags=["waa", "shard", f"run:{run_id}"],
             )
@@ -589,7 +625,10 @@ def evaluate_on_shards(
     with get_client(sync_client=True) as client:
         finished = False
         try:
-            for r in start_shards(config, run_id, groups, catalog.content_hash(), expected, first_attempts, limits):
+            tickets = issue_tickets(config, len(groups))
+            store.issue_shard_tickets(run_id, tickets)
+            for r in start_shards(config, run_id, groups, catalog.content_hash(), expected, first_attempts, limits,
+                                  tickets):
                 runs.append(r)
                 logger.info("%s: %d task(s)", r.describe(), len(r.task_ids))
             for shard_run, flow_run in wait_for_shards(client, runs, config.shard_start_timeout_seconds):

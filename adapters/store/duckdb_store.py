@@ -5,8 +5,8 @@ Query a file with any DuckDB client, e.g. ``duckdb -readonly results.duckdb``, a
 store with psql: the tables and views are the same (in PostgreSQL, DOUBLE is DOUBLE PRECISION).
 All TIMESTAMP columns are UTC (naive timestamps); all durations are in seconds.
 
-Schema (version 9)
-------------------
+Schema (version 10)
+-------------------
 
 Version 2 added model usage: ``runs.model_endpoint``, and ``model_calls``, ``input_tokens``,
 ``output_tokens`` and ``cost_usd`` on ``task_results`` (the attempt's total) and ``steps``, and
@@ -19,7 +19,8 @@ per run id, and a run whose controller died shown as abandoned; adapters/store/l
 Version 8 added ``runs.scoring`` (how a server failure during evaluation counted:
 adapters/outcomes.py R9) and ``steps.delivery`` (how the environment delivered the action).
 Version 9 added ``task_results.trial`` (repeated trials of a task in one run; older rows are
-trial 1) and made the views per (task, trial).
+trial 1) and made the views per (task, trial). Version 10 added ``shard_tickets`` (who may write a
+run besides its controller: adapters/store/writers.py).
 Older files are upgraded in place when opened; a newer file is refused.
 
 ``schema_version(version INTEGER)``
@@ -113,6 +114,12 @@ Older files are upgraded in place when opened; a newer file is refused.
     and delivery VARCHAR (schema v8: how the environment delivered the action, e.g. long text
     typed in pieces; NULL when nothing was sent).
 
+``shard_tickets`` -- v10: one row per shard a controller started (adapters/store/writers.py):
+    ticket_hash VARCHAR (primary key: the SHA-256 of the ticket in the shard's parameters), run_id
+    VARCHAR, shard INTEGER, controller VARCHAR (who issued it), issued_at, expires_at, spent_at
+    TIMESTAMP, flow_run_id VARCHAR (the shard flow run that spent it). A shard may write its
+    run's results only with a ticket it spent, while the run is running under that controller.
+
 ``latest_task_results`` (view) -- task_results restricted to the last attempt of each
 (run_id, task_id, trial). Reports count this view, so a task retried after an infrastructure
 error counts once per trial, with its final outcome; a single-trial run has one row per task.
@@ -127,14 +134,16 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import hashlib
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 from pydantic import BaseModel, Field
@@ -152,8 +161,9 @@ from adapters.store.errors import (
     is_outage,
 )
 from adapters.store.lease import Controller, liveness
+import adapters.store.writers as writers
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 # In-place upgrades: MIGRATIONS[v] takes a file from version v to v + 1.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -195,6 +205,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # Every earlier attempt was the one trial of its task.
     8: ("ALTER TABLE task_results ADD COLUMN trial INTEGER NOT NULL DEFAULT 1",),
+    9: (),  # shard_tickets is a new table: the DDL creates it
 }
 
 # The outcomes after which a task is done for good; resume skips only these. Derived from the
@@ -296,12 +307,33 @@ _DDL: tuple[str, ...] = (
         PRIMARY KEY (run_id, task_id, attempt, step_index)
     )
     """,
+    writers.TICKETS_DDL,
     """
     CREATE OR REPLACE VIEW latest_task_results AS
     SELECT * FROM task_results
     QUALIFY row_number() OVER (PARTITION BY run_id, task_id, trial ORDER BY attempt DESC) = 1
     """,
 )
+
+# How long a PostgreSQL store's reads (and the writes that are the same when repeated: a run's
+# final status, its heartbeat) try again through a lost connection (a restart, a dropped or
+# terminated backend): each try connects anew. A connection dropped at a run's end cost a
+# completed run its exit status 0 when nothing tried again.
+RECONNECT_SECONDS = 30.0
+
+T = TypeVar("T")
+
+
+def _reconnecting(method: Callable[..., T]) -> Callable[..., T]:
+    """A `ResultStore` method made again, on a new connection, when a PostgreSQL store's
+    connection was lost under it (`ResultStore._retried`)."""
+
+    @functools.wraps(method)
+    def call(self: ResultStore, *args: Any, **kwargs: Any) -> T:
+        return self._retried(lambda: method(self, *args, **kwargs))
+
+    return call
+
 
 _RESULT_COLUMNS: tuple[str, ...] = (
     "run_id", "task_id", "domain", "attempt", "outcome", "success", "score", "infeasible",
@@ -413,7 +445,8 @@ class ResultStore:
     """
 
     def __init__(
-        self, location: Path | str, *, read_only: bool = False, wait_seconds: float | None = None
+        self, location: Path | str, *, read_only: bool = False, wait_seconds: float | None = None,
+        reconnect_seconds: float = RECONNECT_SECONDS,
     ) -> None:
         """Open (or create) the store at `location` and make sure the schema exists.
 
@@ -422,7 +455,9 @@ class ResultStore:
         messages). `read_only=True` is for readers (reports, comparisons): the store must exist,
         nothing is written (a store of an older schema is upgraded first, which needs write
         access), and a read-only copy of a database works. `wait_seconds` bounds how long a call
-        waits for another process's lock on a DuckDB file (None: as long as it takes). Raises
+        waits for another process's lock on a DuckDB file (None: as long as it takes);
+        `reconnect_seconds` how long a PostgreSQL store's reads try again through a lost
+        connection (`RECONNECT_SECONDS`). Raises
         `SchemaVersionError` if the store has a newer schema version, `StoreError` if it cannot
         be opened or reached.
         """
@@ -431,11 +466,15 @@ class ResultStore:
         self._where = postgres.redact(self._server_url) if self._server_url else str(self._path)
         self._read_only = read_only
         self._wait_seconds = wait_seconds
+        self._reconnect_seconds = reconnect_seconds
         self._lock = threading.RLock()
         self._closed = False
         self._checked = False  # the DuckDB file's integrity was checked when first opened
         self._held: Any = None  # a read-only DuckDB connection every read uses (`held_open`)
         self._server: postgres.PgConnection | None = None
+        # Who this store writes runs as: the controller that started or resumed the run here,
+        # or a shard with its spent ticket (adapters/store/writers.py); None for neither.
+        self._writer: writers.Writer = None
         if self._path is not None:
             if self._path.is_dir():
                 raise StoreError(f"{self._where}: is a directory, not a DuckDB file")
@@ -443,8 +482,7 @@ class ResultStore:
                 raise StoreError(f"{self._where}: results database not found")
         found: int | None = None
         if self._path is None or self._path.is_file():
-            with self._session(write=False) as conn:
-                found = _stored_version(conn, self._where)
+            found = self._retried(self._stored_version)
         if found == SCHEMA_VERSION:
             return
         if read_only and found is None:
@@ -453,6 +491,10 @@ class ResultStore:
             self._path.parent.mkdir(parents=True, exist_ok=True)
         with self._session(write=True, upgrade=True) as conn:
             self._ensure_schema(conn)
+
+    def _stored_version(self) -> int | None:
+        with self._session(write=False) as conn:
+            return _stored_version(conn, self._where)
 
     @property
     def location(self) -> str:
@@ -553,6 +595,25 @@ class ResultStore:
             kind = StoreUnavailable if is_outage(exc) else StoreError
             raise kind(f"{self._where}: {reason}") from exc
 
+    def _retried(self, call: Callable[[], T]) -> T:
+        """`call()`; on a PostgreSQL store, made again (each time on a new connection) while it
+        fails for an outage, for up to `reconnect_seconds`. A DuckDB file's outage (a full disk,
+        a lock another process holds past `wait_seconds`) is raised at once, as before: its
+        writers (the recorder) wait in their own way, and a lost connection is not among its
+        failures."""
+        if self._server_url is None:
+            return call()
+        deadline = time.monotonic() + self._reconnect_seconds
+        delay = 0.0  # a dropped connection is usually replaced at once
+        while True:
+            try:
+                return call()
+            except StoreUnavailable:
+                if self._closed or time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(max(delay * 2, 0.5), 5.0)
+
     @contextlib.contextmanager
     def reading(
         self, run_ids: Iterable[str] = (), *, with_steps: bool = False
@@ -567,8 +628,13 @@ class ResultStore:
             with self._session(write=False) as conn:
                 yield conn
             return
-        with self._session(write=False) as server:
-            local = postgres.snapshot(server, _DDL, run_ids, with_steps=with_steps)
+        wanted = list(run_ids)
+
+        def copy() -> duckdb.DuckDBPyConnection:
+            with self._session(write=False) as server:
+                return postgres.snapshot(server, _DDL, wanted, with_steps=with_steps)
+
+        local = self._retried(copy)
         try:
             yield local
         finally:
@@ -582,8 +648,7 @@ class ResultStore:
             yield conn
 
     def _ensure_schema(self, conn: Any) -> None:
-        conn.execute("BEGIN TRANSACTION")
-        try:
+        with _transaction(conn):
             if self._server_url is not None:
                 conn.lock_schema()  # two controllers starting at once create the tables once
             conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
@@ -600,11 +665,6 @@ class ResultStore:
                 conn.execute("INSERT INTO schema_version VALUES (?)", [SCHEMA_VERSION])
             elif found < SCHEMA_VERSION:
                 conn.execute("UPDATE schema_version SET version = ?", [SCHEMA_VERSION])
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(Exception):
-                conn.execute("ROLLBACK")
-            raise
 
     def _dialect(self, statement: str) -> str:
         """A DuckDB DDL statement as this store's engine spells it."""
@@ -616,12 +676,14 @@ class ResultStore:
             return list(_DDL)
         return [postgres.ddl(s) for s in _DDL if "VIEW" not in s] + [postgres.VIEW_DDL]
 
+    @_reconnecting
     def schema_version(self) -> int:
         """The schema version recorded in the file."""
         with self._session(write=False) as conn:
             row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
         return int(row[0])
 
+    @_reconnecting
     def can_write(self) -> bool:
         """Whether this user may add results: the file is writable, or the server grants INSERT
         on the results tables. Writes nothing."""
@@ -651,15 +713,9 @@ class ResultStore:
         `controller` (this process) takes the run's lease: `RunLeaseHeld` when another
         controller that is still alive is running it (adapters/store/lease.py).
         """
-        with self._session(write=True) as conn:
-            conn.execute("BEGIN TRANSACTION")
-            try:
-                self._start_run(conn, run, resume, change_selection, controller)
-                conn.execute("COMMIT")
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    conn.execute("ROLLBACK")
-                raise
+        with self._session(write=True) as conn, _transaction(conn):
+            self._start_run(conn, run, resume, change_selection, controller)
+        self._writer = controller
 
     def _start_run(self, conn: Any, run: RunInfo, resume: bool, change_selection: bool,
                    controller: Controller | None) -> None:
@@ -730,6 +786,7 @@ class ResultStore:
             ],
         )
 
+    @_reconnecting
     def lease_holder(self, run_id: str) -> str | None:
         """Why `run_id` cannot be started here now (another controller that is alive runs it),
         or None. `start_run` decides for good; this lets a command refuse before any VM."""
@@ -739,6 +796,7 @@ class ResultStore:
             return None
         return _lease_message(run_id, row[1], row[2])
 
+    @_reconnecting
     def heartbeat(self, run_id: str, controller: Controller) -> bool:
         """Say `controller` is still running `run_id` (runs.heartbeat_at = now); False when the
         run has another controller now (this one lost its lease)."""
@@ -750,16 +808,45 @@ class ResultStore:
         return row is not None
 
     def finish_run(self, run_id: str, status: str) -> None:
-        """Set a run's final status and its finish time (now, UTC)."""
+        """Set a run's final status and its finish time (now, UTC); its shards' unspent tickets
+        can no longer be spent. Only the run's controller may (`ResultRefused` for another).
+        Retried through a lost server connection: setting it twice is setting it once."""
         if not status:
             raise StoreError("finish_run needs a non-empty status")
-        with self._session(write=True) as conn:
-            self._require_run(conn, run_id)
-            conn.execute(
-                "UPDATE runs SET status = ?, finished_at = ? WHERE run_id = ?",
-                [status, _utcnow(), run_id],
-            )
 
+        def finish() -> None:
+            with self._session(write=True) as conn, _transaction(conn):
+                now = _utcnow()
+                if isinstance(self._writer, Controller):
+                    writers.check_controller(conn, run_id, self._writer, self._where)
+                else:
+                    self._require_run(conn, run_id)
+                conn.execute("UPDATE runs SET status = ?, finished_at = ? WHERE run_id = ?", [status, now, run_id])
+                writers.revoke(conn, run_id, now)
+
+        self._retried(finish)
+
+    # --- shards' tickets (adapters/store/writers.py) -----------------------------------------
+
+    def issue_shard_tickets(self, run_id: str, tickets: list[writers.IssuedTicket]) -> None:
+        """Record the tickets of the shards this store's controller is about to start; only the
+        run's controller (the one that called `start_run` here) may."""
+        if not isinstance(self._writer, Controller):
+            raise writers.ResultRefused(f"{self._where}: shards of run {run_id!r} are started by its controller; "
+                                        "call start_run with it first")
+        controller = self._writer
+        with self._session(write=True) as conn, _transaction(conn):
+            writers.issue(conn, run_id, controller, tickets, _utcnow())
+
+    def spend_shard_ticket(self, ticket: writers.ShardTicket) -> None:
+        """Spend a shard's ticket (`TicketRefused` saying why when it may not run); this store
+        then writes the ticket's run as that shard."""
+        lock = " FOR UPDATE" if self._server_url is not None else ""
+        with self._session(write=True) as conn, _transaction(conn):
+            writers.spend(conn, ticket, _utcnow(), lock=lock)
+        self._writer = ticket
+
+    @_reconnecting
     def get_run(self, run_id: str) -> RunInfo | None:
         """The stored provenance of a run (agent_config already scrubbed), or None."""
         with self._session(write=False) as conn:
@@ -868,7 +955,7 @@ class ResultStore:
         key = [run_id, result.task_id, result.attempt]
 
         def write(conn: Any) -> None:
-            self._require_run(conn, run_id)
+            writers.check_writer(conn, run_id, self._writer, self._where)
             conn.execute("DELETE FROM steps WHERE run_id = ? AND task_id = ? AND attempt = ?", key)
             conn.execute("DELETE FROM task_results WHERE run_id = ? AND task_id = ? AND attempt = ?", key)
             conn.execute(
@@ -885,6 +972,7 @@ class ResultStore:
 
         return write
 
+    @_reconnecting
     def results(self, run_id: str) -> list[dict[str, Any]]:
         """Every stored attempt of a run (task_results rows), ordered by task and attempt."""
         with self._session(write=False) as conn:
@@ -893,6 +981,7 @@ class ResultStore:
                 "SELECT * FROM task_results WHERE run_id = ? ORDER BY task_id, attempt", [run_id]
             )
 
+    @_reconnecting
     def latest_attempts(self, run_id: str) -> list[dict[str, Any]]:
         """The last attempt of each (task, trial) of a run (the `latest_task_results` view), by
         task id and trial: one row per task in a single-trial run."""
@@ -902,6 +991,7 @@ class ResultStore:
                 "SELECT * FROM latest_task_results WHERE run_id = ? ORDER BY task_id, trial", [run_id]
             )
 
+    @_reconnecting
     def steps(self, run_id: str, task_id: str, attempt: int | None = None) -> list[dict[str, Any]]:
         """The steps of one task attempt (the last attempt when `attempt` is None), in order."""
         with self._session(write=False) as conn:
@@ -920,6 +1010,7 @@ class ResultStore:
                 [run_id, task_id, attempt],
             )
 
+    @_reconnecting
     def run_steps(self, run_id: str) -> dict[tuple[str, int], list[dict[str, Any]]]:
         """Every step of a run in one read, keyed by (task_id, attempt), each list in order."""
         with self._session(write=False) as conn:
@@ -936,6 +1027,7 @@ class ResultStore:
         single-trial run, the tasks a resume skips (`finished_trials` for runs with trials)."""
         return {task_id for task_id, trial in self.finished_trials(run_id) if trial == 1}
 
+    @_reconnecting
     def finished_trials(self, run_id: str) -> set[tuple[str, int]]:
         """The (task_id, trial) pairs whose last attempt has a final (non-retryable) outcome:
         a resume runs only the other pairs."""
@@ -952,6 +1044,7 @@ class ResultStore:
         """The attempt number to use for the next try of a task (1 if never recorded)."""
         return self.next_attempts(run_id).get(task_id, 1)
 
+    @_reconnecting
     def next_attempts(self, run_id: str) -> dict[str, int]:
         """The next attempt number of every task with attempts stored in `run_id`, in one read
         (a run reads them once when its pool starts, not once per task). Steps count too: an
@@ -978,6 +1071,7 @@ class ResultStore:
         `expected_seconds` (same agent preferred); tasks with no recorded cost are absent."""
         return self._task_means("cost_usd", task_ids, agent)
 
+    @_reconnecting
     def _task_means(self, column: str, task_ids: list[str], agent: str | None) -> dict[str, float]:
         """Per task, the mean of a `latest_task_results` column over earlier runs' final
         attempts (infrastructure errors left out), those of `agent` preferred."""
@@ -1001,6 +1095,20 @@ class ResultStore:
             for task_id, same, anyone in rows
             if (same if same is not None else anyone) is not None
         }
+
+
+@contextlib.contextmanager
+def _transaction(conn: Any) -> Iterator[None]:
+    """One transaction: committed when the block ends normally, rolled back on any exception
+    (the rollback's own failure, e.g. on a lost server, never hides the cause)."""
+    conn.execute("BEGIN TRANSACTION")
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def _lease_message(run_id: str, owner: str, heard: dt.datetime | None) -> str:

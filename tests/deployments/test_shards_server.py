@@ -253,6 +253,22 @@ def _final_results(db: Path, run_id: str) -> dict[str, list[tuple[int, str]]]:
     return out
 
 
+def _replayed(cluster: dict[str, Any], original: Any, *, same_key: bool) -> Any:
+    """What an API reader can do with a finished shard: a new flow run of the shard deployment
+    with exactly its parameters, signature and ticket included; with `same_key`, also with its
+    idempotency key, after deleting the original (Prefect keeps that key unique). The new
+    run's final state."""
+    with _client(cluster) as client:
+        deployment = client.read_deployment_by_name("evaluate-shard/shard")
+        if same_key:
+            client.delete_flow_run(original.id)
+        replay = client.create_flow_run_from_deployment(
+            deployment.id, parameters=original.parameters, idempotency_key=original.idempotency_key if same_key else None)
+        assert replay.id != original.id
+        return wait_for("the replayed shard run to end", lambda: (st := client.read_flow_run(replay.id).state)
+                        is not None and st.is_final() and st, 180)
+
+
 def test_two_shards_on_two_workers_complete_the_run(cluster: dict[str, Any]) -> None:
     from prefect.client.schemas.objects import StateType
 
@@ -304,6 +320,12 @@ def test_two_shards_on_two_workers_complete_the_run(cluster: dict[str, Any]) -> 
     # The controller's progress side file saw every final result.
     progress = (cluster["shared"] / "artifacts" / run_id / "progress.json").read_text()
     assert '"final": 6' in progress and '"status": "completed"' in progress
+
+    # A copy of a finished shard's parameters (signature included) in a new flow run is refused
+    # before anything runs: that run is not the one its ticket was issued for.
+    replay = _replayed(cluster, runs[0], same_key=False)
+    assert replay.type == StateType.FAILED and "not the one its controller created" in (replay.message or ""), replay
+    assert _final_results(db, run_id) == {t: [(1, "success")] for t in TASKS}
 
 
 def _kill_tree(pid: int) -> None:
@@ -378,13 +400,16 @@ def test_a_crashed_shard_leaves_the_run_incomplete_and_resume_finishes_it(cluste
     # continue at attempt 2, which only the controller's file knows about.
     from adapters.benchmark import BenchmarkResult, OutcomeKind
     from adapters.store.duckdb_store import ResultStore
+    from adapters.store.lease import Controller
 
     retried = killed_tasks[0]
-    with ResultStore(db) as store:
+    with ResultStore(db) as store:  # that invocation: a controller of the run (only one may write it)
+        store.start_run(store.get_run(run_id), resume=True, controller=Controller.this_process())
         store.record_result(
             run_id,
             BenchmarkResult(task_id=retried, outcome=OutcomeKind.INFRASTRUCTURE_ERROR, error="VM lost", attempt=1),
         )
+        store.finish_run(run_id, "incomplete")
 
     # Resume (same run id): only the missing tasks run, again as shards; then every task has
     # exactly one final result, and no attempt was overwritten.
@@ -415,7 +440,7 @@ def test_a_shard_whose_creation_the_client_sends_twice_is_one_flow_run(cluster: 
     from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
     from bench.prefect_server import api_for_this_block
     from flows.budget import RunBudget
-    from flows.shard import shard_budget_limits, split_into_shards, start_shards
+    from flows.shard import issue_tickets, shard_budget_limits, split_into_shards, start_shards
 
     run_id = "shards-resent"
     config = _config(cluster, run_id, TASKS[:2])
@@ -427,7 +452,7 @@ def test_a_shard_whose_creation_the_client_sends_twice_is_one_flow_run(cluster: 
     try:
         with losing_first_creation(cluster["api_url"]) as proxy, api_for_this_block(proxy.api_url):
             created = list(start_shards(config, run_id, groups, catalog.content_hash(), {}, {t: 1 for t in TASKS[:2]},
-                                        limits))
+                                        limits, issue_tickets(config, len(groups))))
         runs = _shard_runs(cluster, run_id)
         # At least one creation was sent again (more when the server answered a busy 503 too).
         assert len(proxy.creations) >= 3, proxy.creations
@@ -447,13 +472,15 @@ def test_a_shard_its_controller_did_not_sign_is_refused(cluster: dict[str, Any])
     from prefect.client.schemas.objects import StateType
 
     from adapters.waa.catalog import WAATaskCatalog
-    from flows.shard import shard_config, shard_parameters
+    from flows.shard import issue_tickets, shard_config, shard_parameters
     from flows.shard_signing import sign_shard
 
     run_id = "shards-forged"
     config = _config(cluster, run_id, TASKS[:1])
     tasks = WAATaskCatalog(config.suite_dir).tasks(ids=[TASKS[0]])
-    parameters = shard_parameters(shard_config(config, run_id, 1, 1, tasks, {}), 1, 1, None, {TASKS[0]: 1}, {})
+    (ticket,) = issue_tickets(config, 1)
+    parameters = shard_parameters(shard_config(config, run_id, 1, 1, tasks, {}), 1, 1, None, {TASKS[0]: 1}, {},
+                                  ticket.ticket, ticket.expires_at.isoformat() + "+00:00")
     signature = sign_shard(parameters)
     hostile = {**parameters, "config": {**parameters["config"], "db_path": "/tmp/shard-forged.duckdb"}}
     with _client(cluster) as client:
@@ -519,3 +546,21 @@ def test_two_controllers_with_shards_write_one_team_store(
         outcomes = [r.state.result() for r in _shard_runs(cluster, run_id)]
         assert len(outcomes) == 2 and all(o["in_team_store"] and o["store"] == bare for o in outcomes), outcomes
     assert not [p for p in cluster["tmp"].rglob("team-shards-*.duckdb")]
+
+    # Replays of a finished shard: a copy of its parameters in a new flow run is refused; so is
+    # one with its idempotency key too (its original deleted first): its ticket is spent, on
+    # that host and in the team store. Nothing new reaches the store.
+    from prefect.client.schemas.objects import StateType
+
+    original = _shard_runs(cluster, run_ids[0])[0]
+    copied = _replayed(cluster, original, same_key=False)
+    assert copied.type == StateType.FAILED and "not the one its controller created" in (copied.message or ""), copied
+    keyed = _replayed(cluster, original, same_key=True)
+    assert keyed.type == StateType.FAILED and "spent" in (keyed.message or ""), keyed
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        after = conn.execute(
+            "SELECT run_id, task_id, count(*), max(attempt), bool_and(success) FROM task_results "
+            "GROUP BY run_id, task_id ORDER BY run_id, task_id"
+        ).fetchall()
+        status = conn.execute("SELECT status FROM runs WHERE run_id = %s", [run_ids[0]]).fetchone()
+    assert after == finals and status == ("completed",)

@@ -219,6 +219,39 @@ def test_a_store_down_at_the_end_exits_6_with_one_line_and_resume_writes_the_spo
     assert not list((tmp_path / "art" / "gone" / "spool").glob("*.json"))
 
 
+def test_connections_dropped_after_the_last_result_leave_a_completed_run_exiting_0(tmp_path: Path, pg: Any) -> None:
+    """Every result stored, then the store's connections dropped (backends terminated, as a
+    proxy or a server restart does) while the run reads its end: it ended with exit 6, two
+    tracebacks and a resume from an empty spool. Its closing reads now connect again."""
+    import psycopg
+
+    store, password = _bare(pg.url)
+    env = _env(tmp_path, PGPASSWORD=password)
+    proc = _start(tmp_path, "dropped", "--pool-size", "2", *NOTEPAD, "--db", store, env=env)
+    dropped = 0
+    try:
+        _wait("every result recorded",
+              lambda: _recorded(tmp_path / "art" / "dropped" / "progress.json") >= NOTEPAD_TASKS, 180, proc)
+        with psycopg.connect(pg.url, autocommit=True) as admin:
+            while proc.poll() is None:  # every connection the run's end opens is dropped once
+                dropped += len(admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid() AND backend_type = 'client backend'").fetchall())
+                time.sleep(0.3)
+        out, err = _finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert dropped >= 1, "no connection of the run's end was dropped"
+    assert proc.returncode == 0, (out[-2000:], err[-4000:])
+    assert "Traceback" not in err and "spool" not in err, err[-3000:]
+    assert "completed" in out
+    results = _team_results(pg.url, "dropped")
+    assert len(results) == NOTEPAD_TASKS and set(results.values()) == {"success"}
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        assert conn.execute("SELECT status FROM runs WHERE run_id = 'dropped'").fetchone() == ("completed",)
+
+
 # --- the disk fills up -------------------------------------------------------------------------
 
 

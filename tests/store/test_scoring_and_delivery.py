@@ -40,7 +40,7 @@ def _typed(task_id: str = "t") -> BenchmarkResult:
 
 def _as_version_6(location: str) -> None:
     """Turn a fresh store into what schema version 6 wrote: without the columns of versions 7
-    (the run's controller and heartbeat), 8 (scoring, delivery) and 9 (trials)."""
+    (the run's controller and heartbeat), 8 (scoring, delivery), 9 (trials) and 10 (shard tickets)."""
     with ResultStore(location) as store, store.writing() as conn:
         for column in ("scoring", "heartbeat_at", "controller"):
             conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
@@ -48,6 +48,7 @@ def _as_version_6(location: str) -> None:
         # and of version 9 (trials): the view reads the column, so it goes first
         conn.execute("DROP VIEW latest_task_results")
         conn.execute("ALTER TABLE task_results DROP COLUMN trial")
+        conn.execute("DROP TABLE shard_tickets")
         conn.execute("UPDATE schema_version SET version = 6")
 
 
@@ -57,7 +58,7 @@ def test_a_version_6_store_is_upgraded_in_place(location: str) -> None:
         conn.execute("INSERT INTO runs (run_id, agent, suite, status, started_at) "
                      "VALUES ('old', 'scripted', 's', 'completed', TIMESTAMP '2025-01-01 02:00:00')")
     with ResultStore(location) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 9
+        assert store.schema_version() == SCHEMA_VERSION == 10
         assert store.get_run("old").scoring is None  # recorded before the option existed
         store.start_run(_run("new", "waa-compat"))
         store.record_result("new", _typed())

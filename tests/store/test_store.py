@@ -521,7 +521,7 @@ def test_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
         )
         con.execute(
             "INSERT INTO runs (run_id, agent, suite, started_at, status) "
-            "VALUES ('old', 'scripted', 's', TIMESTAMP '2025-01-01 02:00:00', 'completed')"
+            "VALUES ('old', 'scripted', 's', TIMESTAMP '2025-01-01 02:00:00', 'failed')"
         )
         con.execute(
             "INSERT INTO task_results (run_id, task_id, attempt, outcome, success) VALUES ('old', 't', 1, 'success', true)"
