@@ -84,6 +84,17 @@ class _WithoutInterruptCrashes(logging.Filter):
         return not any(aborted in message for aborted in self.ABORTED)
 
 
+class _WithoutTaskStateLogs(logging.Filter):
+    """Prefect logs each task run's end as "Finished in state ...", at ERROR for a Failed one: an
+    agent that misses a task printed two ERROR lines for it (its attempt and its task), though
+    that is a result, recorded and counted in the summary. Those are Prefect's task-state logs,
+    which the terminal leaves to the UI unless `--verbose`; the run's own warnings and errors
+    stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name.startswith("prefect.task_runs") and record.getMessage().startswith("Finished in state"))
+
+
 def _add_filter_once(logger: logging.Logger | logging.Handler, kind: type[logging.Filter]) -> None:
     if not any(isinstance(f, kind) for f in logger.filters):
         logger.addFilter(kind())
@@ -107,6 +118,7 @@ def quiet_expected_tracebacks(verbose: bool = False) -> None:
         if not verbose:
             handler.setLevel(logging.WARNING)
             _add_filter_once(handler, _WithoutInterruptCrashes)
+            _add_filter_once(handler, _WithoutTaskStateLogs)
         _add_filter_once(handler, _OneLineForExpectedFailures)
 
 

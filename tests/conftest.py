@@ -21,11 +21,18 @@ from adapters import import_gc
 # (`pytest_collection_finish`), or at once in xdist's controller, which collects nothing.
 import_gc.pause()
 
-# Before Prefect is imported anywhere: keep tests out of the developer's ~/.prefect, quiet logs.
-_PREFECT_HOME = tempfile.mkdtemp(prefix="arena-test-prefect-")
-os.environ.setdefault("PREFECT_HOME", _PREFECT_HOME)
-# Gone with the test process (each xdist worker has its own); it was left behind in /tmp before.
-atexit.register(shutil.rmtree, _PREFECT_HOME, ignore_errors=True)
+# Before Prefect is imported anywhere: the test session's own Prefect home, and none of the user's
+# Prefect or store settings. A session that kept the user's PREFECT_HOME stopped that home's local
+# server when it ended, under the user's own `arena run`; one that kept PREFECT_API_URL would run
+# its flows on the user's server, and ARENA_STORE_URL would send its results to the team's store.
+# xdist's workers inherit their controller's environment, so they share the home it made.
+_SESSION_HOME = "ARENA_TEST_SESSION_PREFECT_HOME"
+if not os.environ.get(_SESSION_HOME) or os.environ.get(_SESSION_HOME) != os.environ.get("PREFECT_HOME"):
+    for _name in [n for n in os.environ if n.startswith("PREFECT_") or n == "ARENA_STORE_URL"]:
+        del os.environ[_name]
+    os.environ["PREFECT_HOME"] = os.environ[_SESSION_HOME] = tempfile.mkdtemp(prefix="arena-test-prefect-")
+    # Gone with the process that made it; it was left behind in /tmp before.
+    atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
@@ -130,7 +137,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _stop_local_server() -> Iterator[None]:
     """The session's own local Prefect server (if an in-process `arena run` started one) ends
-    with the session."""
+    with the session; it is on the session's own home, never the user's."""
     yield
     from flows.local_server import stop_server
 

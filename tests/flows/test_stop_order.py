@@ -168,3 +168,25 @@ def test_the_terminal_leaves_out_prefects_crash_lines_for_a_stop(stop: BaseExcep
     assert not quiet.filter(record(f"Finished in state Crashed({crashed.message!r})"))
     assert quiet.filter(record("Crash detected! Execution was cancelled by the runtime environment."))
     assert quiet.filter(record("the store refused 2 result(s); the run counts those tasks as missing"))
+
+
+@pytest.mark.scenario
+def test_the_terminal_leaves_task_state_logs_to_the_ui_unless_verbose(tmp_path: Path) -> None:
+    """An agent that misses a task printed two ERROR lines for it ("Finished in state Agent
+    failure(...)", for its attempt and its task): Prefect's task-state logs, which the terminal
+    leaves to the UI (docs/output.md). A real `arena run` of an agent that fails every task."""
+    import subprocess
+    import sys
+
+    from prefect_home import seeded_run_env
+
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "run", "--agent", "random", "--seed", "0", "--task", "notepad-append-line",
+         "--task", "settings-notifications-off", "--db", str(tmp_path / "arena.duckdb"), "--artifacts",
+         str(tmp_path / "art")],
+        cwd=Path(__file__).resolve().parents[2], env=seeded_run_env(tmp_path / "prefect"), capture_output=True,
+        text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "outcomes: agent_failure=2" in done.stdout
+    assert "Finished in state" not in done.stderr and "ERROR" not in done.stderr, done.stderr[-3000:]
