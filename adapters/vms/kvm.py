@@ -23,6 +23,10 @@ Reset levels (measured on this project's 2-core machines under TCG, bench/vm_res
 Every snapshot and disk reset is verified: a check file is written into the guest before the
 reset and must be gone after it, or the reset fails (and the VM is replaced, never used dirty).
 
+Guests are isolated: their network reaches nothing on the host or beyond except the services
+the operator lists in ``guest_allow`` (kvm_net.py), and each VM's VNC display asks for its own
+password, kept in the run directory (docs/kvm.md, "What a guest can reach").
+
 Faults are infrastructure errors: a QEMU that exited, a guest that stopped answering or a monitor
 that went away surface as ``ProviderError`` from ``reset`` or as WAA connection errors during
 the attempt (outcome rule R1); the pool replaces the VM and the task is retried.
@@ -46,9 +50,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from adapters.vms import kvm_host, kvm_image
+from adapters.vms import kvm_host, kvm_image, kvm_net
 from adapters.vms.base import OwnedResource, ProviderError, ResetLevel, VMHandle, VMProvider
 from adapters.vms.guest_reset import reboot_reset, snapshot_reset, take_baseline_snapshot
 from adapters.vms.kvm_qemu import (
@@ -60,6 +64,7 @@ from adapters.vms.kvm_qemu import (
     create_overlay,
     read_endpoints,
     save_state,
+    set_vnc_password,
     start_qemu,
     wait_for_monitor,
     wait_running,
@@ -151,7 +156,12 @@ class KVMSettings(BaseModel):
     disk_bus: Literal["virtio-blk", "virtio-scsi", "sata", "ide"] = "virtio-blk"
     nic_model: str = "virtio-net-pci"
     mac: str | None = None  # keep the MAC the guest was prepared with (dockur's windows.mac)
-    user_net: str | None = None  # extra user-mode network options
+    user_net: str | None = None  # extra user-mode network options (addresses only: never restrict/hostfwd/guestfwd)
+    # HOST:PORT services the guests may connect to (each at its own guest address, kvm_net.py);
+    # none by default: the guests reach nothing on the host or beyond. A list in the file, a
+    # comma-separated string in ARENA_KVM__GUEST_ALLOW (a str in the type so that the
+    # environment's form is not read as JSON).
+    guest_allow: list[str] | str = Field(default_factory=list)
     guest_port: int = Field(kvm_image.GUEST_PORT, ge=1, le=65535)  # the WAA server's port in the guest
     devtools_port: int | None = Field(None, ge=1, le=65535)  # the browser's DevTools port in the guest
     vga: str = "none"
@@ -177,9 +187,16 @@ class KVMSettings(BaseModel):
                 return {**PRESETS[preset], **data}
         return data
 
+    @field_validator("guest_allow", mode="before")
+    @classmethod
+    def _parse_allow(cls, value: Any) -> list[str]:
+        return [str(entry) for entry in kvm_net.parse_allow(value)]
+
     @model_validator(mode="after")
     def _check(self) -> KVMSettings:
         validate_snapshot_name(self.snapshot_name)
+        kvm_net.check_user_net(self.user_net)
+        self.guest_forwards()  # refuses an allow-list the guest network has no room for
         if self.firmware == "uefi" and self.uefi_code is None:
             raise ValueError("firmware 'uefi' needs uefi_code (e.g. /usr/share/OVMF/OVMF_CODE_4M.fd from ovmf)")
         if self.disk_image is None and self.preset != "debian-sim":
@@ -190,6 +207,10 @@ class KVMSettings(BaseModel):
     def simulation(self) -> bool:
         """The Debian test guest runs the local simulation, not Windows."""
         return self.disk_image is None
+
+    def guest_forwards(self) -> tuple[kvm_net.GuestForward, ...]:
+        """The allowed services, each at the guest address it is reached at."""
+        return kvm_net.guest_forwards(kvm_net.parse_allow(self.guest_allow), self.user_net)
 
 
 @dataclass
@@ -336,7 +357,8 @@ class KVMProvider(VMProvider):
             uefi_code=s.uefi_code if s.firmware == "uefi" else None,
             uefi_vars=(s.uefi_vars or _ovmf_vars_template(s.uefi_code)) if s.firmware == "uefi" else None,
             tpm=s.tpm, nic_model=s.nic_model, mac=s.mac, user_net=s.user_net, vga=s.vga, vnc=s.vnc,
-            tb_size_mib=s.tb_size_mib, extra_args=tuple(s.extra_args),
+            tb_size_mib=s.tb_size_mib, extra_args=tuple(s.extra_args), restrict_net=True,
+            guest_forwards=s.guest_forwards(),
         )
         return self._spec
 
@@ -452,6 +474,8 @@ class KVMProvider(VMProvider):
             run_dir.forget_process(name)
             for path in (paths.qmp_socket, paths.serial_log, paths.qemu_log):
                 path.unlink(missing_ok=True)
+            if paths.relay_dir is not None:
+                shutil.rmtree(paths.relay_dir, ignore_errors=True)
         # Both layers are only read from now on: every VM writes to its own overlay.
         partial.disk.chmod(0o444)
         if spec.uefi_vars is not None:
@@ -498,6 +522,8 @@ class KVMProvider(VMProvider):
             wait_for_monitor(process, 60)
             wait_running(process, self.settings.start_timeout_seconds)
             forwards, vnc = read_endpoints(paths.qmp_socket, spec.guest_ports)
+            if paths.vnc_password is not None:
+                set_vnc_password(paths.qmp_socket, paths.vnc_password)
             base_url = f"http://127.0.0.1:{forwards[spec.guest_ports[0]]}"
             _wait_answering(process, base_url, self.settings.start_timeout_seconds, "start from the ready state")
             started = time.monotonic() - start
@@ -519,6 +545,9 @@ class KVMProvider(VMProvider):
         handle = VMHandle(
             vm_id=vm_id, base_url=base_url, provider=self.name, devtools_url=devtools,
             details={"pid": process.pid, "qmp": str(paths.qmp_socket), "overlay": str(paths.overlay), "vnc": vnc,
+                     # where the operator reads the VNC password; never the password itself
+                     "vnc_password_file": str(paths.vnc_password) if paths.vnc_password else None,
+                     "guest_allow": [forward.describe() for forward in spec.guest_forwards],
                      "accelerator": spec.accel, "start_seconds": round(started, 3),
                      "snapshot_seconds": round(baseline.monitor_seconds, 3)},
             fresh=True,  # started from the ready state, which is also what its snapshot resets restore

@@ -70,10 +70,17 @@ while true; do sleep 3600; done
 
 # The code disk's boot script: the network (QEMU user-mode network, fixed addresses) and the
 # WAA environment, restarted whenever it exits, as WAA's own server is inside a Windows VM.
+# `waa.probe=vdX` on the kernel command line (which only the host sets) first runs probe.py from
+# that read-only disk, its output on the serial console: how tests/vms/test_kvm_isolation.py
+# makes this guest's own network stack try what a hostile guest would.
 BOOT_SCRIPT = """#!/bin/sh
 port=5000
+probe=
 for word in $(cat /proc/cmdline); do
-    case "$word" in waa.port=*) port="${word#waa.port=}" ;; esac
+    case "$word" in
+        waa.port=*) port="${word#waa.port=}" ;;
+        waa.probe=vd[c-z]) probe="${word#waa.probe=}" ;;
+    esac
 done
 hostname waa-guest
 ip link set lo up
@@ -85,6 +92,12 @@ for dev in /sys/class/net/*; do
     ip route add default via 10.0.2.2 dev "$name"
     break
 done
+if [ -n "$probe" ]; then
+    mkdir -p /run/probe
+    mount -t ext4 -o ro "/dev/$probe" /run/probe \\
+        && PYTHONDONTWRITEBYTECODE=1 python3 /run/probe/probe.py > /dev/console 2>&1
+    echo "waa-probe: end" > /dev/console
+fi
 mkdir -p /var/lib/waa
 cd /opt/waa-arena
 echo "waa-guest: starting the WAA environment on port $port" > /dev/console

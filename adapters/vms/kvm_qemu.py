@@ -7,7 +7,10 @@ the same order: a saved state loads only into the same machine.
 
 Reachability: the guest's ports are forwarded to 127.0.0.1 only (user-mode networking, the host
 port chosen by the kernel and read back from the monitor, so two VMs can never race for one),
-the monitor is a Unix socket in the run's private directory, and VNC listens on 127.0.0.1.
+the monitor is a Unix socket in the run's private directory, and VNC listens on 127.0.0.1 and
+asks for a per-VM password (kept in the run directory, mode 0600). The other way, the guest
+reaches nothing on the host or beyond: ``restrict=on``, plus the operator's allowed services
+(kvm_net.py).
 
 The ready state is written with QMP ``migrate`` to a pipe whose reading end this process copies
 to the file, and loaded with ``-incoming fd:N`` from the open file: no shell, no ``exec:``.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import threading
@@ -25,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from adapters.vms.kvm_net import GuestForward, netdev_options
 from adapters.vms.qmp import QMPConnectionError, QMPError, qmp_client
 
 DISK_BUSES = ("virtio-blk", "virtio-scsi", "sata", "ide")
@@ -72,9 +77,11 @@ class MachineSpec:
     mac: str | None = None
     user_net: str | None = None  # extra -netdev user options, e.g. net=20.20.20.0/24,dhcpstart=20.20.20.21
     vga: str = "none"
-    vnc: bool = True
+    vnc: bool = True  # on 127.0.0.1, behind a per-VM password (set_vnc_password)
     tb_size_mib: int | None = 64  # TCG translation cache: caps QEMU's own memory
     extra_args: tuple[str, ...] = ()
+    restrict_net: bool = True  # the guest reaches nothing on the host or beyond (kvm_net.py)
+    guest_forwards: tuple[GuestForward, ...] = ()  # ...except these allowed services
 
     def state_identity(self) -> dict[str, object]:
         """What a saved state depends on (the cache key's machine part); paths excluded."""
@@ -85,6 +92,12 @@ class MachineSpec:
             "tpm": self.tpm, "nic": self.nic_model, "mac": self.mac, "user_net": self.user_net, "vga": self.vga,
             "vnc": self.vnc, "tb_size_mib": self.tb_size_mib if self.accel == "tcg" else None,
             "extra_args": list(self.extra_args),
+            # Not part of what the guest's state holds (the network's policy is QEMU's, set by
+            # the command line of whichever process loads the state), but every option of the
+            # command line is named here, so a state is only ever loaded into the machine it
+            # was saved from; a changed allow-list costs one cold boot.
+            "restrict_net": self.restrict_net,
+            "guest_forwards": [(f.guest_ip, f.guest_port, str(f.entry)) for f in self.guest_forwards],
         }
 
 
@@ -98,6 +111,8 @@ class VMPaths:
     qemu_log: Path
     uefi_vars: Path | None = None  # copy-on-write over the variables template
     tpm_dir: Path | None = None
+    vnc_password: Path | None = None  # the VNC password (mode 0600), for the operator to read
+    relay_dir: Path | None = None  # the slot files of the allowed connections' relays
 
     @classmethod
     def in_dir(cls, directory: Path, name: str, spec: MachineSpec) -> VMPaths:
@@ -108,12 +123,13 @@ class VMPaths:
             qemu_log=directory / f"{name}.qemu.log",
             uefi_vars=directory / f"{name}.vars.qcow2" if spec.uefi_code is not None else None,
             tpm_dir=directory / f"{name}.tpm" if spec.tpm else None,
+            vnc_password=directory / f"{name}.vnc-password" if spec.vnc else None,
+            relay_dir=directory / f"{name}.relay" if spec.guest_forwards else None,
         )
 
     def all(self) -> list[Path]:
-        tpm = [self.tpm_dir] if self.tpm_dir else []
-        vars_ = [self.uefi_vars] if self.uefi_vars else []
-        return [self.overlay, self.qmp_socket, self.serial_log, self.qemu_log, *vars_, *tpm]
+        optional = [p for p in (self.uefi_vars, self.tpm_dir, self.vnc_password, self.relay_dir) if p is not None]
+        return [self.overlay, self.qmp_socket, self.serial_log, self.qemu_log, *optional]
 
 
 def _drive_args(index: int, disk: Disk, path: Path, cache: str, boot: bool) -> list[str]:
@@ -148,8 +164,9 @@ def build_command(spec: MachineSpec, paths: VMPaths, *, system_disk: Path, incom
         "-serial", f"file:{paths.serial_log}",
     ]
     if spec.vnc:
-        # The first free display from 5900 on, on loopback only; the monitor says which.
-        cmd += ["-vnc", "127.0.0.1:0,to=99"]
+        # The first free display from 5900 on, on loopback only; the monitor says which. No
+        # viewer gets in until set_vnc_password has given this VM its password.
+        cmd += ["-vnc", "127.0.0.1:0,to=99,password=on"]
     if spec.kernel is not None:
         cmd += ["-kernel", str(spec.kernel)]
         if spec.initrd is not None:
@@ -172,8 +189,10 @@ def build_command(spec: MachineSpec, paths: VMPaths, *, system_disk: Path, incom
         # The firmware boots the first disk; a direct kernel boot needs no boot order (and owns index 0).
         cmd += _drive_args(index, disk, path, "unsafe" if disk.path is None else "writethrough",
                            boot=index == 0 and spec.kernel is None)
-    forwards = ",".join(f"hostfwd=tcp:127.0.0.1:0-:{port}" for port in spec.guest_ports)
-    netdev = "user,id=net0" + (f",{spec.user_net}" if spec.user_net else "") + (f",{forwards}" if forwards else "")
+    options = ["user", "id=net0", *([spec.user_net] if spec.user_net else []),
+               *netdev_options(spec.guest_forwards, paths.relay_dir, restrict=spec.restrict_net),
+               *(f"hostfwd=tcp:127.0.0.1:0-:{port}" for port in spec.guest_ports)]
+    netdev = ",".join(options)
     nic = f"{spec.nic_model},netdev=net0" + (f",mac={spec.mac}" if spec.mac else "")
     cmd += ["-netdev", netdev, "-device", nic]
     if spec.tpm:
@@ -293,6 +312,8 @@ def start_qemu(spec: MachineSpec, paths: VMPaths, *, name: str, system_disk: Pat
     pool down in order, instead of killing every VM under the attempts still running.
     """
     helpers = [start_swtpm(paths.tpm_dir, paths.qemu_log)] if spec.tpm and paths.tpm_dir else []
+    if paths.relay_dir is not None:
+        paths.relay_dir.mkdir(mode=0o700, exist_ok=True)
     fd = os.open(incoming_state, os.O_RDONLY) if incoming_state is not None else None
     command = build_command(spec, paths, system_disk=system_disk, incoming_fd=fd, name=name)
     try:
@@ -364,6 +385,28 @@ def read_endpoints(qmp_socket: Path, guest_ports: Sequence[int]) -> tuple[dict[i
     if isinstance(vnc, dict) and vnc.get("enabled"):
         address = f"{vnc.get('host')}:{vnc.get('service')}"
     return forwards, address
+
+
+def set_vnc_password(qmp_socket: Path, password_file: Path) -> None:
+    """Give the VM's VNC display a new random password and write it to `password_file` (mode
+    0600, the run directory being 0700): the operator reads it there, nothing logs it.
+
+    VNC's password authentication takes at most 8 characters (a DES challenge): 8 random
+    URL-safe characters, 48 bits. The file is written first, so a display never has a password
+    nobody can read.
+    """
+    password = secrets.token_urlsafe(6)  # 8 characters
+    partial = password_file.with_name(password_file.name + ".partial")
+    partial.unlink(missing_ok=True)
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(password + "\n")
+    os.replace(partial, password_file)
+    try:
+        with qmp_client(str(qmp_socket), timeout=10) as qmp:
+            qmp.execute("set_password", {"protocol": "vnc", "password": password})
+    except (QMPError, QMPConnectionError) as exc:
+        raise QemuError(f"setting the VNC password failed: {exc}") from exc
 
 
 def save_state(qmp_socket: Path, target: Path, *, timeout: float = 300.0) -> float:

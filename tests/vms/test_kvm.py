@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -138,6 +139,51 @@ def test_vms_answer_only_on_this_host(kvm: KVMProvider, pool: list[VMHandle], ru
         assert stat.S_ISSOCK(socket_path.stat().st_mode)
         assert socket_path.parent.stat().st_mode & 0o777 == 0o700 and socket_path.parent.parent == runtime
     assert kvm.environment.startswith("local-simulation")  # labelled as the simulation it is
+
+
+def vnc_login(address: str, password: str | None) -> tuple[list[int], int | None]:
+    """A VNC viewer's handshake (RFB 3.8): the security types offered, and the result of the
+    password login (0 = in) when `password` is given and VNC authentication is offered."""
+    from cryptography.hazmat.decrepit.ciphers.algorithms import TripleDES
+    from cryptography.hazmat.primitives.ciphers import Cipher, modes
+
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        reader = sock.makefile("rb")
+        assert reader.read(12).startswith(b"RFB 003.")
+        sock.sendall(b"RFB 003.008\n")
+        count = reader.read(1)[0]
+        offered = list(reader.read(count))
+        if password is None or 2 not in offered:
+            return offered, None
+        sock.sendall(bytes([2]))
+        challenge = reader.read(16)
+        # VNC's DES key is the password's bytes, each with its bits reversed (the protocol's quirk).
+        key = bytes(int(f"{b:08b}"[::-1], 2) for b in password.encode().ljust(8, b"\0")[:8])
+        encryptor = Cipher(TripleDES(key * 3), modes.ECB()).encryptor()  # 3 x the same key = DES
+        sock.sendall(encryptor.update(challenge) + encryptor.finalize())
+        return offered, int.from_bytes(reader.read(4), "big")
+
+
+def test_vnc_asks_for_the_password_kept_in_the_run_directory(pool: list[VMHandle], runtime: Path) -> None:
+    passwords = []
+    for vm in pool:
+        password_file = Path(vm.details["vnc_password_file"])
+        assert password_file.parent.parent == runtime and password_file.stat().st_mode & 0o777 == 0o600
+        password = password_file.read_text().strip()
+        passwords.append(password)
+        assert len(password) == 8  # what VNC's password authentication takes
+        offered, _ = vnc_login(vm.details["vnc"], None)
+        assert offered == [2]  # VNC authentication only: no "None" type for a viewer without it
+        assert vnc_login(vm.details["vnc"], password)[1] == 0
+        wrong = "x" * 8 if password != "x" * 8 else "y" * 8
+        assert vnc_login(vm.details["vnc"], wrong)[1] == 1
+        # The password is only in its file: not in the details, QEMU's command line or its logs.
+        assert password not in repr(vm.details)
+        assert password not in " ".join(psutil.Process(vm.details["pid"]).cmdline())
+        for log in Path(vm.details["qmp"]).parent.glob(f"{vm.vm_id}.*.log"):
+            assert password not in log.read_text(errors="replace")
+    assert passwords[0] != passwords[1]  # one per VM
 
 
 def test_each_vm_has_its_own_overlay_and_the_golden_image_is_never_written(pool: list[VMHandle]) -> None:

@@ -115,7 +115,9 @@ def test_debian_command_reaches_only_this_host(tmp_path: Path) -> None:
     line = " ".join(cmd)
     assert cmd[0] == "qemu-system-x86_64" and "-nodefaults" in cmd
     assert "hostfwd=tcp:127.0.0.1:0-:5000" in line  # the kernel picks the host port, on loopback
-    assert cmd[cmd.index("-vnc") + 1] == "127.0.0.1:0,to=99"
+    assert cmd[cmd.index("-vnc") + 1] == "127.0.0.1:0,to=99,password=on"  # no viewer in before its password
+    # The guest reaches nothing on the host or beyond (tests/vms/test_kvm_isolation.py tries it).
+    assert cmd[cmd.index("-netdev") + 1].split(",")[:3] == ["user", "id=net0", "restrict=on"]
     assert cmd[cmd.index("-qmp") + 1] == f"unix:{tmp_path / 'vm1.qmp'},server=on,wait=off"
     assert "0.0.0.0" not in line and "tcp:" not in cmd[cmd.index("-qmp") + 1]
     assert cmd[cmd.index("-accel") + 1] == "tcg,tb-size=64" and cmd[cmd.index("-machine") + 1] == "pc-i440fx-7.2"
