@@ -15,6 +15,12 @@ The rule (`FetchPolicy`):
 - only ``http`` and ``https`` URLs;
 - the host must resolve only to public (globally routable) addresses: loopback, private
   (RFC 1918), link-local, carrier-grade NAT, multicast and reserved addresses are refused;
+- an IPv6 address that carries an IPv4 address (IPv4-mapped ``::ffff:a.b.c.d``, IPv4-compatible
+  ``::a.b.c.d``, IPv4-translated ``::ffff:0:a.b.c.d``, NAT64 ``64:ff9b::/96``, 6to4 ``2002::/16``,
+  Teredo ``2001::/32``) is judged by that IPv4 address as well as by itself:
+  ``[64:ff9b::a9fe:a9fe]`` reaches 169.254.169.254 through a NAT64 gateway, ``[::127.0.0.1]``
+  names loopback. The local-use NAT64 prefix ``64:ff9b:1::/48`` (RFC 8215) is never public,
+  whatever it carries (where the IPv4 address sits in it depends on the operator's prefix);
 - unless the operator allows them by name or network in ``ARENA_FETCH_ALLOW`` (comma-separated:
   ``files.internal, 10.20.0.0/16, 127.0.0.1``), e.g. for a task-file mirror inside the network;
 - the check happens when each connection is made, on the address actually connected to (every
@@ -116,6 +122,8 @@ class FetchPolicy:
             ip = ipaddress.ip_address(address.split("%", 1)[0])
             if not self._allowed(ip):
                 named = host if address == name else f"{host} ({address})"
+                carried = ", ".join(str(v4) for v4 in embedded_ipv4(ip))
+                named += f", which carries IPv4 {carried}," if carried else ""
                 raise FetchRefused(
                     f"{named} is not a public address: tasks may not make the host fetch its own or its "
                     f"network's services (an operator can allow it in {ALLOW_ENV})"
@@ -125,8 +133,7 @@ class FetchPolicy:
     def _allowed(self, ip: IPAddress) -> bool:
         if any(ip in network for network in self.allowed_networks):
             return True
-        mapped = getattr(ip, "ipv4_mapped", None)
-        return bool((mapped or ip).is_global) and not (mapped or ip).is_multicast
+        return all(_public(address) for address in (ip, *embedded_ipv4(ip)))
 
     def session(self) -> requests.Session:
         """A requests session whose every connection (redirects included) obeys this policy."""
@@ -143,6 +150,38 @@ class FetchPolicy:
         self.check_url(url)
         with self.session() as session:
             return session.get(url, timeout=timeout, **kwargs)
+
+
+# IPv6 ranges whose addresses carry an IPv4 address in their last 32 bits: IPv4-compatible
+# (deprecated, RFC 4291; `::` and `::1` are in it too, and judged as themselves), IPv4-translated
+# (SIIT, RFC 2765) and NAT64's well-known prefix (RFC 6052).
+_LAST_32_BITS = tuple(ipaddress.IPv6Network(n) for n in ("::/96", "::ffff:0:0:0/96", "64:ff9b::/96"))
+# Never public, though Python 3.11's is_global says it is: the local-use NAT64 prefix (RFC 8215,
+# "not globally reachable" in IANA's registry; later Python versions agree).
+_NOT_GLOBAL = (ipaddress.IPv6Network("64:ff9b:1::/48"),)
+
+
+def embedded_ipv4(ip: IPAddress) -> tuple[ipaddress.IPv4Address, ...]:
+    """The IPv4 addresses an IPv6 address carries (IPv4-mapped, IPv4-compatible, IPv4-translated,
+    NAT64, 6to4, Teredo's server and client), which a connection to it may reach; empty for any
+    other."""
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return ()
+    found: list[ipaddress.IPv4Address] = []
+    if ip.ipv4_mapped is not None:
+        found.append(ip.ipv4_mapped)
+    if any(ip in network for network in _LAST_32_BITS):
+        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    if ip.sixtofour is not None:
+        found.append(ip.sixtofour)
+    if ip.teredo is not None:
+        found.extend(ip.teredo)
+    return tuple(dict.fromkeys(found))
+
+
+def _public(ip: IPAddress) -> bool:
+    """Whether `ip`, as itself, is a public unicast address."""
+    return bool(ip.is_global) and not ip.is_multicast and not any(ip in network for network in _NOT_GLOBAL)
 
 
 def _checked_connection(base: type[HTTPConnection], policy: FetchPolicy) -> type[HTTPConnection]:
