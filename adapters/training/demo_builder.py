@@ -10,7 +10,8 @@ steps as short readable lines a model can follow on another screen::
 
 `source_task_id` names the task, so retrievers never hand a task its own recording unless told
 to; provenance (run, attempt, agent, model, suite fingerprint) goes in each demo's notes and in
-`provenance.jsonl`. Tasks of held-out suites are left out (adapters/training/suites.py) unless
+`provenance.jsonl`; the library's marker ``.waa-arena-output`` lets `overwrite` replace only a
+library this product built (adapters/training/output.py). Tasks of held-out suites are left out (adapters/training/suites.py) unless
 allowed, so their demos can never be retrieved; infeasible tasks are left out unless asked for
 (a demo that ends in FAIL teaches a model to give up on look-alike tasks).
 """
@@ -27,13 +28,33 @@ from adapters.agents.demos import Demo, load_demo_library
 from adapters.benchmark import POINTER_ACTIONS, ActionType, BenchmarkAction
 from adapters.results.source import ResultsSource
 from adapters.training.selection import Episode, EpisodeFilter, StepRow, iter_episodes
-from adapters.training.output import OutputExists, replaced_directory, usable_output_dir
+from adapters.training.output import OutputExists, OutputKind, read_json_file, replaced_directory, usable_output_dir
 from adapters.training.suites import SuiteTexts
 
 PROVENANCE = "provenance.jsonl"
 _UNSAFE = re.compile(r"[^a-z0-9-]+")
 _POINTER_WORDS = {ActionType.CLICK: "CLICK", ActionType.DOUBLE_CLICK: "DOUBLE_CLICK",
                   ActionType.RIGHT_CLICK: "RIGHT_CLICK"}
+
+
+# Every provenance record of a library built before the output marker has these fields.
+_PROVENANCE_FIELDS = frozenset({"demo_id", "source_task_id", "run_id", "attempt", "suite_fingerprint"})
+
+
+def _earlier_library(provenance: Path) -> str | None:
+    """None when `provenance` is that of a library built before the output marker (its first
+    record has this product's provenance fields), else why not."""
+    try:
+        first = read_json_file(provenance, lines=True)
+    except ValueError as exc:
+        return str(exc)
+    if not isinstance(first, dict) or not _PROVENANCE_FIELDS <= first.keys():
+        return (f"its {PROVENANCE} is not one this product writes: its first record lacks "
+                f"{', '.join(sorted(_PROVENANCE_FIELDS))}")
+    return None
+
+
+DEMO_LIBRARY = OutputKind(kind="demo-library", title="demo library", files=PROVENANCE, earlier=_earlier_library)
 
 
 class DemoBuildError(ValueError):
@@ -99,8 +120,7 @@ def build_demo_library(
 ) -> DemoBuildSummary:
     """Write one demo per successfully solved task of `run_ids` into `out_dir` (a new
     directory, or an existing one with `overwrite`); the result loads with `load_demo_library`."""
-    out_dir = usable_output_dir(out_dir, overwrite, DemoLibraryExists, refused=DemoBuildError, marker=PROVENANCE,
-                                kind="demo library")
+    out_dir = usable_output_dir(out_dir, overwrite, DemoLibraryExists, refused=DemoBuildError, kind=DEMO_LIBRARY)
     texts = SuiteTexts(held_out=list(held_out or []))
     summary = DemoBuildSummary(out_dir=out_dir)
     best: dict[str, Episode] = {}
@@ -115,7 +135,7 @@ def build_demo_library(
     if not best:
         raise DemoBuildError(f"no successful episode of run(s) {', '.join(run_ids)} can become a demo"
                              + (f" ({len(summary.skipped)} left out: {summary.skipped[0]})" if summary.skipped else ""))
-    with replaced_directory(out_dir) as work:
+    with replaced_directory(out_dir, DEMO_LIBRARY) as work:
         with (work / PROVENANCE).open("w", encoding="utf-8") as provenance:
             used: set[str] = set()
             for task_id in sorted(best):

@@ -20,7 +20,9 @@ Every export writes ``manifest.json``: the format, schema version, the filter, t
 path and fingerprint, agent, model), every exported task id, and whether held-out tasks were
 allowed. Tasks of held-out suites (adapters/training/suites.py) are refused unless allowed.
 Output goes to a temporary sibling directory renamed into place at the end, so an interrupted
-export leaves nothing half-written. Episodes and steps stream: memory stays flat.
+export leaves nothing half-written; it holds the marker ``.waa-arena-output`` too, and
+`overwrite` replaces only a directory that marker (or an earlier export's manifest) shows this
+product wrote (adapters/training/output.py). Episodes and steps stream: memory stays flat.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from adapters.agents.prompting import PROMPT_VERSION, SYSTEM_PROMPT, history_tex
 from adapters.benchmark import POINTER_ACTIONS, BenchmarkAction, StepRecord
 from adapters.results.source import ResultsSource
 from adapters.training.selection import Episode, EpisodeFilter, StepRow, iter_episodes
-from adapters.training.output import OutputExists, replaced_directory, usable_output_dir
+from adapters.training.output import OutputExists, OutputKind, read_json_file, replaced_directory, usable_output_dir
 from adapters.training.suites import LeakageError, SuiteTexts
 
 Format = Literal["sft", "trajectories", "inspect"]
@@ -52,6 +54,23 @@ TRAJECTORY_SCHEMA_VERSION = 1
 SFT_SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _earlier_export(manifest: Path) -> str | None:
+    """None when `manifest` is that of an export written before the output marker (it names one
+    of this product's schemas and formats), else why not."""
+    try:
+        parsed = read_json_file(manifest)
+    except ValueError as exc:
+        return str(exc)
+    if not isinstance(parsed, dict) or parsed.get("format") not in FORMATS \
+            or parsed.get("schema") != _schema(str(parsed.get("format"))) \
+            or not isinstance(parsed.get("schema_version"), int):
+        return f"its {MANIFEST} is not one this product writes: it names no waa-arena.* schema and format"
+    return None
+
+
+TRAINING_EXPORT = OutputKind(kind="training-export", title="training export", files=MANIFEST, earlier=_earlier_export)
 
 
 class TrainingExportError(ValueError):
@@ -113,7 +132,7 @@ def export_training(
     if fmt == "sft" and images == "none":
         raise TrainingExportError("sft samples need their screenshots: use images 'files' or 'embed'")
     out_dir = usable_output_dir(out_dir, overwrite, TrainingOutputExists, refused=TrainingExportError,
-                                marker=MANIFEST, kind="training export")
+                                kind=TRAINING_EXPORT)
     texts = SuiteTexts(held_out=list(held_out or []))
     task_ids, runs, leaked = _survey(source, selection, texts)
     if not task_ids:
@@ -125,7 +144,7 @@ def export_training(
             f"{' ...' if len(leaked) > 3 else ''}. Filter them out (--domain / --task) or pass --allow-held-out"
         )
     summary = ExportSummary(out_dir=out_dir, format=fmt)
-    with replaced_directory(out_dir) as work:
+    with replaced_directory(out_dir, TRAINING_EXPORT) as work:
         episodes = iter_episodes(source, selection)
         if fmt == "trajectories":
             _write_trajectories(episodes, work, images, texts, summary)
@@ -160,11 +179,16 @@ def _survey(source: ResultsSource, selection: EpisodeFilter,
     return list(task_ids), runs, list(leaked.items())
 
 
+def _schema(fmt: str) -> str:
+    """The schema a manifest names for format `fmt`."""
+    return TRAJECTORY_SCHEMA if fmt == "trajectories" else f"waa-arena.{fmt}"
+
+
 def _manifest(fmt: str, images: str, selection: EpisodeFilter, runs: dict[str, dict[str, Any]], task_ids: list[str],
               leaked: list[tuple[str, str]], allowed: bool, summary: ExportSummary) -> dict[str, Any]:
     return {
         "format": fmt,
-        "schema": TRAJECTORY_SCHEMA if fmt == "trajectories" else f"waa-arena.{fmt}",
+        "schema": _schema(fmt),
         "schema_version": TRAJECTORY_SCHEMA_VERSION if fmt == "trajectories" else SFT_SCHEMA_VERSION,
         "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "images": images,
