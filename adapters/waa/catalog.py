@@ -20,6 +20,7 @@ results by the index id. So by default a mismatching `id` field is tolerated and
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import threading
@@ -34,6 +35,8 @@ Difficulty = Literal["normal", "hard"]
 
 # WAA's default `--max_steps` (client/run.py).
 DEFAULT_MAX_STEPS = 15
+# Lists and objects inside each other in a task or index file (WAA's own go 7 deep): see parse_json.
+MAX_JSON_DEPTH = 64
 
 _EXAMPLE_DIRS: dict[str, str] = {"normal": "examples", "hard": "examples_noctxt"}
 _REQUIRED_KEYS: tuple[str, ...] = ("id", "instruction", "config", "evaluator")
@@ -292,22 +295,44 @@ class WAATaskCatalog:
             raise TaskCatalogError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
 
     @staticmethod
-    def _parse_json(path: Path, data: bytes) -> Any:
+    def parse_json(path: Path, data: bytes) -> Any:
+        """The JSON value of the task or index file `path` (its bytes `data`), read as WAA reads
+        it; `TaskCatalogError`, one line naming the file, when WAA could not read it either or
+        it nests deeper than `MAX_JSON_DEPTH`.
+
+        WAA's loader is `json.load` on the file opened as UTF-8 (not utf-8-sig), so a file that
+        starts with a byte order mark fails there: it is refused here too, saying so, rather than
+        accepted by a suite that would not run in WAA itself. Nesting is capped well below where
+        Python's recursion gives out (the parser near 1,000 levels, copying a task near 500,
+        less inside a flow's deeper stack), so a deep file is one line here, never a crash later."""
+        if data.startswith(codecs.BOM_UTF8):
+            raise TaskCatalogError(
+                f"{path}: starts with a UTF-8 byte order mark, which WAA's own loader (json.load on the file read "
+                "as UTF-8) refuses; save the file as UTF-8 without a BOM"
+            )
         try:
-            # utf-8-sig: a BOM written by a Windows editor is harmless, not a parse error.
-            text = data.decode("utf-8-sig")
+            text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise TaskCatalogError(f"{path}: not valid UTF-8 at byte {exc.start}") from None
+        too_deep = TaskCatalogError(
+            f"{path}: JSON nested more than {MAX_JSON_DEPTH} levels deep (arrays or objects inside each other); "
+            "task files need far fewer (WAA's own go 7 deep)"
+        )
         try:
-            return json.loads(text)
+            value = json.loads(text)
         except json.JSONDecodeError as exc:
             raise TaskCatalogError(
                 f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
             ) from None
+        except RecursionError:
+            raise too_deep from None
+        if _depth_exceeds(value, MAX_JSON_DEPTH):
+            raise too_deep
+        return value
 
     def _parse_index(self, data: bytes) -> dict[str, list[str]]:
         path = self._index_path
-        parsed = self._parse_json(path, data)
+        parsed = self.parse_json(path, data)
         if not isinstance(parsed, dict):
             raise TaskCatalogError(
                 f"{path}: index must be an object mapping domain to a list of task ids, "
@@ -360,7 +385,7 @@ class WAATaskCatalog:
     def _build_task(self, task_id: str) -> BenchmarkTask:
         domain = self._domain_of[task_id]
         path = self._path_for(domain, task_id)
-        raw = self._parse_json(path, self._raw(task_id))
+        raw = self.parse_json(path, self._raw(task_id))
         _validate_task(path, raw, expected_id=task_id, strict_ids=self._strict_ids)
         task = BenchmarkTask(
             task_id=task_id,
@@ -378,6 +403,20 @@ class WAATaskCatalog:
             if not coverage.supported:
                 raise TaskCatalogError(f"{path}: {coverage.reason}")
         return task
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether `value` (parsed JSON) nests lists and dicts more than `limit` deep; iterative, so
+    it cannot itself run out of stack."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth >= limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children if isinstance(child, (list, dict)))
+    return False
 
 
 def _as_names(values: Iterable[str]) -> list[str]:

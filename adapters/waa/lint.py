@@ -148,8 +148,8 @@ def _index_without_duplicates(suite_dir: Path, scratch: Path, findings: list[Fin
     """The index to open: the suite's own, or (when it lists an id twice, which the catalog
     refuses) a copy without the repeats, each repeat a duplicate-id finding."""
     try:
-        data = json.loads((suite_dir / INDEX).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = WAATaskCatalog.parse_json(suite_dir / INDEX, (suite_dir / INDEX).read_bytes())
+    except (OSError, TaskCatalogError):
         return INDEX  # the catalog says what is wrong with it
     if not isinstance(data, dict):
         return INDEX
@@ -184,7 +184,7 @@ def _lint_tasks(catalog: WAATaskCatalog, suite_dir: Path, report: LintReport, fi
         rel = path.relative_to(suite_dir).as_posix()
         escapes: list[tuple[str, str]] = []
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
+            raw = catalog.parse_json(path, path.read_bytes())  # as the loader reads it (a BOM, nesting)
             escapes = host_path_problems(raw)
             catalog.load(task_id)  # the catalog's own checks (keys, types, host paths)
         except (OSError, ValueError, TaskCatalogError) as exc:

@@ -8,11 +8,17 @@ the base name a download is cached under, and a ``rule`` value a file-reading me
 a task with one when it loads (one line naming the file and the field), `arena tasks lint` reports
 them (rule ``path-outside-folder``) and the /evaluate endpoint answers 400. At run time every
 write still goes through `adapters/host_paths.inside`.
+
+A ``vm_file`` getter with ``time_suffix`` writes under another name than its ``dest``: WAA puts
+today's date, formatted by the task's own ``time_format``, into it (`time_suffixed`). That format
+is task data too (``"/../../x"`` is a valid one), so the check looks at the name the getter will
+write, made by the same function the getter uses.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import PureWindowsPath
 from typing import Any
 
@@ -78,7 +84,8 @@ def _getter_problems(evaluator: dict[str, Any]) -> Iterator[tuple[str, str]]:
                 for position, dest in enumerate(dests):
                     yield from _problem(f"{where}.dest[{position}]", dest)
             elif "dest" in entry:
-                yield from _problem(f"{where}.dest", dests)
+                found = list(_problem(f"{where}.dest", dests))
+                yield from found or _suffixed_problem(f"{where}.dest", entry, dests)
             if entry.get("type") == "cache_file" and "path" in entry:
                 yield from _problem(f"{where}.path", entry["path"])
             metric = names[index or 0] if index is None or index < len(names) else None
@@ -88,6 +95,43 @@ def _getter_problems(evaluator: dict[str, Any]) -> Iterator[tuple[str, str]]:
                         f"{value!r:.120} would be opened as a host file by metric {metric}; a rule cannot name a "
                         "file (use cloud_file, vm_file or cache_file)"
                     )
+
+
+DEFAULT_TIME_FORMAT = "%Y_%m_%d"  # WAA's get_vm_file
+
+
+def time_suffixed(name: str, stamp: str) -> str:
+    """WAA's time_suffix: `stamp` inserted before the first '.' of `name`, of the rest only the
+    next '.'-part kept (``report.final.txt`` -> ``report<stamp>.final``); a name without '.' is
+    kept as it is."""
+    if "." not in name:
+        return name
+    parts = name.split(".")
+    return f"{parts[0]}{stamp}.{parts[1]}"
+
+
+def time_stamp(config: dict[str, Any], now: datetime | None = None) -> str:
+    """The stamp a vm_file getter with `time_suffix` inserts: now in the task's `time_format`."""
+    return (now or datetime.now()).strftime(config.get("time_format", DEFAULT_TIME_FORMAT))
+
+
+def _suffixed_problem(field: str, entry: dict[str, Any], dest: Any) -> Iterator[tuple[str, str]]:
+    """The problem of the name a single-file vm_file getter with `time_suffix` writes instead of
+    `dest` (today's; the date's own digits cannot lead anywhere, the format's text can)."""
+    if entry.get("type") != "vm_file" or entry.get("multi", False) or not entry.get("time_suffix") \
+            or not isinstance(dest, str):
+        return
+    time_format = entry.get("time_format", DEFAULT_TIME_FORMAT)
+    if not isinstance(time_format, str):
+        yield field, f"time_format must be a strftime format (a string), got {type(time_format).__name__}"
+        return
+    try:
+        final = time_suffixed(dest, time_stamp(entry))
+    except ValueError as exc:  # a format strftime refuses
+        yield field, f"time_format {time_format!r:.80} is not a date format: {exc}"
+        return
+    for _, problem in _problem(field, final):
+        yield field, f"{problem} (the name time_suffix makes of {dest!r:.60} with time_format {time_format!r:.60})"
 
 
 def _reads_file(metric: Any, argument: int) -> bool:
