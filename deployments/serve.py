@@ -16,7 +16,10 @@ registers and serves, until interrupted:
 A flow run's parameters are whatever its caller sends (anyone who reaches the Prefect API), so
 these flows take names only: a baseline, a run id, a model id and endpoint the baseline's
 allow-list admits. The baselines file, the store, suites, folders and the names of secrets'
-variables come from this process's environment and the baselines file.
+variables come from this process's environment and the baselines file. A parameter the flow does
+not take (``db_path``, ``config``) is refused when the run is created: each deployment's parameter
+schema says ``additionalProperties: false`` and the server enforces it (HTTP 409 naming the
+parameter), instead of a run that starts and ends Crashed with no reason.
 
 Settings (environment):
     ARENA_NIGHTLY_CRON       cron of nightly-baselines (default "0 2 * * *")
@@ -51,6 +54,7 @@ from prefect import serve
 from prefect.deployments.runner import RunnerDeployment
 from prefect.events import DeploymentEventTrigger
 from prefect.schedules import Cron
+from prefect.utilities.callables import ParameterSchema
 
 from deployments.health import keep_active
 from flows.baselines import (
@@ -79,26 +83,44 @@ MODEL_UPDATE_PARAMETERS = {
 }
 
 
+class ClosedParameterSchema(ParameterSchema):
+    """A flow's parameter schema that admits no parameter the flow does not take. Prefect 3.8.8's
+    own schema leaves `additionalProperties` out (JSON Schema's default: anything goes), and its
+    model keeps no field it does not define, hence this one."""
+
+    additionalProperties: bool = False  # noqa: N815 - JSON Schema's own name
+
+
+def closed(deployment: RunnerDeployment) -> RunnerDeployment:
+    """`deployment` with its parameter schema closed and enforced by the server: creating a run
+    with a parameter its flow does not take is refused (HTTP 409 naming the parameter)."""
+    schema = deployment._parameter_openapi_schema  # noqa: SLF001 - Prefect has no setter for it
+    deployment._parameter_openapi_schema = ClosedParameterSchema(  # noqa: SLF001
+        **schema.model_dump(exclude_unset=True), additionalProperties=False)
+    deployment.enforce_parameter_schema = True
+    return deployment
+
+
 def build_deployment() -> RunnerDeployment:
     """The on-demand deployment: one baseline by name (kept out of the flow code)."""
-    return evaluate_baseline.to_deployment(
+    return closed(evaluate_baseline.to_deployment(
         name="on-demand",
         parameters={"baseline": DEFAULT_BASELINE},
         description="Run one baseline of the baselines file by name (default: the bundled suite, scripted agent, "
                     "local simulation); give run_id to resume a run.",
         tags=["waa", "on-demand"],
-    )
+    ))
 
 
 def build_nightly_deployment() -> RunnerDeployment:
     cron = os.environ.get("ARENA_NIGHTLY_CRON", DEFAULT_CRON)
     timezone = os.environ.get("ARENA_NIGHTLY_TIMEZONE", DEFAULT_TIMEZONE)
-    return nightly_baselines.to_deployment(
+    return closed(nightly_baselines.to_deployment(
         name="nightly-baselines",
         schedules=[Cron(cron, timezone=timezone)],
         description=f"Run every baseline of the baselines file ({cron}, {timezone}).",
         tags=["waa", "baselines"],
-    )
+    ))
 
 
 def model_update_baseline() -> str:
@@ -118,7 +140,7 @@ def model_update_refusal() -> str | None:
 
 def build_model_update_deployment() -> RunnerDeployment:
     baseline = model_update_baseline()
-    return evaluate_model_update.to_deployment(
+    return closed(evaluate_model_update.to_deployment(
         name="on-model-update",
         parameters={"baseline": baseline},
         triggers=[
@@ -133,7 +155,7 @@ def build_model_update_deployment() -> RunnerDeployment:
         ],
         description=f"Evaluate a new model (from a {MODEL_UPDATED} event) against baseline {baseline} and compare.",
         tags=["waa", "model-update"],
-    )
+    ))
 
 
 def build_deployments() -> list[RunnerDeployment]:

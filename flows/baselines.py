@@ -57,7 +57,7 @@ from adapters.waa.settle import SettleChoice
 from flows.bookkeeping import best_effort, slug
 from flows.cancellation import cancellation_requested
 from flows.doctor import check_model
-from flows.evaluate_suite import flow_run_url, run_suite
+from flows.evaluate_suite import RunRefused, flow_run_url, run_suite
 from flows.run_config import SAFE_RUN_ID, RunOutcome, SuiteRunConfig
 from flows.run_states import ended, run_state
 
@@ -457,7 +457,11 @@ def evaluate_baseline(baseline: str = DEFAULT_BASELINE, run_id: str | None = Non
     settings = OperatorSettings.from_env()
     file = resolve_baselines_file(settings.baselines_file)
     chosen = find_baseline(load_baselines(file), baseline, file)
-    return run_state(_run_baseline(baseline_config(chosen, _run_id_parameter(run_id), trigger="on-demand")))
+    try:
+        outcome = _run_baseline(baseline_config(chosen, _run_id_parameter(run_id), trigger="on-demand"))
+    except RunRefused as refused:  # a run id the store refuses: the caller's input, one line, no traceback
+        return Failed(message=f"Refused: {refused}")
+    return run_state(outcome)
 
 
 @flow(name="nightly-baselines", flow_run_name=_nightly_run_name)

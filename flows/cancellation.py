@@ -13,6 +13,9 @@ run nested in another flow, which no runner would stop at all.
     watch_cancellation(event)   while the block runs, set `event` once the run (or one above it) is cancelled
     cancellation_requested()    whether the server holds the current flow run (or one above it) in
                                 Cancelling/Cancelled
+    settle_late_cancel(id, state)
+                                a cancel that came after the run had ended: Prefect is told how
+                                it ended instead of staying Cancelling
 """
 
 from __future__ import annotations
@@ -108,3 +111,29 @@ def watch_cancellation(cancelled: threading.Event) -> Iterator[None]:
         yield
     finally:
         done.set()
+
+
+def settle_late_cancel(flow_run_id: UUID | str, final: Any) -> bool:
+    """After the run's flow has ended in `final` (its own state: what the store says), make
+    Prefect say the same when a cancel reached the server too late to stop anything.
+
+    A cancel that arrives after the run stopped watching for it (its work done, its results
+    stored) leaves the flow run Cancelling: Prefect then refuses the flow's own final state (from
+    Cancelling only Cancelled is allowed) and, with no runner to finish the cancel, later calls
+    it "cancellation timed out", while the store says `completed` and `arena run` exits 0.
+    The run's end is what happened, so that state is set, by force, with a note that the cancel
+    came after it. True when it was needed."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import State, StateType
+
+    def settle() -> bool:
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(flow_run_id).state
+            if state is None or state.type != StateType.CANCELLING:
+                return False
+            note = "the cancel arrived after the run had ended"
+            message = f"{final.message} ({note})" if final.message else note
+            client.set_flow_run_state(flow_run_id, State(type=final.type, name=final.name, message=message), force=True)
+            return True
+
+    return bool(best_effort("telling Prefect how the run ended after a late cancel", settle, retry_for=30.0))

@@ -32,7 +32,7 @@ from typing import Any
 from prefect import flow, get_client, get_run_logger, tags
 from prefect.context import FlowRunContext
 from prefect.flow_engine import run_flow
-from prefect.states import State
+from prefect.states import Failed, State
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.exceptions import TerminationSignal
 from prefect.task_runners import ThreadPoolTaskRunner
@@ -41,7 +41,7 @@ from adapters.agents import AgentOptions, build_agent
 from adapters.results.metrics import compute_run_metrics
 from adapters.benchmark import BenchmarkResult, BenchmarkTask
 from adapters.store.duckdb_store import ResultStore, selection_change
-from adapters.store.errors import StoreUnavailable, error_text
+from adapters.store.errors import StoreError, StoreUnavailable, error_text
 from adapters.store.lease import Controller, Heartbeat
 from adapters.store.recorder import RecorderClose
 from adapters.store.spool import ResultSpool, drain_spool, spool_dir
@@ -52,7 +52,7 @@ from adapters.vms.warm_pool import WarmPool
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
 from flows.bookkeeping import best_effort, slug
 from flows.budget import RunBudget
-from flows.cancellation import cancellation_requested, watch_cancellation
+from flows.cancellation import cancellation_requested, settle_late_cancel, watch_cancellation
 from flows.flow_run_heartbeats import flow_run_heartbeats, heartbeats_from_the_flow
 from flows.pool_engine import PoolRunRequest, evaluate_on_pool
 from flows.progress import RunProgress
@@ -129,7 +129,12 @@ def evaluate_suite(config: SuiteRunConfig) -> State:
     """Evaluate the configured suite and agent; results land in the store as each task finishes.
     Ends in the state that says what happened (flows/run_states.py), the RunOutcome as its data."""
     with flow_run_heartbeats():
-        outcome = _evaluate(config)
+        try:
+            outcome = _evaluate(config)
+        except RunRefused as refused:
+            # The caller's input, not a crash: the message alone, no traceback in the run's logs;
+            # `run_suite` raises it again for its caller (`arena run` prints it as one line).
+            return Failed(message=f"Refused: {refused}", data=refused)
     context = FlowRunContext.get()
     if context is not None and context.flow_run is not None:
         outcome.flow_run_id = str(context.flow_run.id)
@@ -139,6 +144,23 @@ def evaluate_suite(config: SuiteRunConfig) -> State:
         if awaited.on_outcome is not None:
             awaited.on_outcome(outcome)
     return run_state(outcome)
+
+
+class RunRefused(StoreError):
+    """The store refused to start the run as asked: its run id exists with another configuration
+    or selection, or another controller holds it. The message is the store's one line (a
+    StoreError still, for callers that catch those)."""
+
+
+def _start_run(store: ResultStore, info: Any, **options: Any) -> None:
+    """`store.start_run`, its refusal of the run as asked a `RunRefused` (a store that cannot be
+    reached stays `StoreUnavailable`: the run waits for it, exit 6)."""
+    try:
+        store.start_run(info, **options)
+    except StoreUnavailable:
+        raise
+    except StoreError as exc:
+        raise RunRefused(str(exc)) from None
 
 
 @dataclass
@@ -190,7 +212,7 @@ def _evaluate_on(config: SuiteRunConfig, run_id: str, catalog: WAATaskCatalog, t
         if stored is not None and len(spool):
             # Results an earlier controller of this run could not store: written first, so
             # they count as done (it took the lease: no one else writes this run meanwhile).
-            store.start_run(info, resume=True, change_selection=config.change_selection, controller=controller)
+            _start_run(store, info, resume=True, change_selection=config.change_selection, controller=controller)
             written, left = drain_spool(spool, lambda results: store.record_results(run_id, results))
             logger.warning("run %s: wrote %d result(s) an earlier controller left in its spool %s%s", run_id, written,
                            spool.directory, f"; {left} could not be written" if left else "")
@@ -210,8 +232,8 @@ def _evaluate_on(config: SuiteRunConfig, run_id: str, catalog: WAATaskCatalog, t
             logger.info("Run %s is already complete; nothing to do", run_id)
             completeness = run_completeness(store, run_id, tasks, RunBudget.for_run(config, store, run_id), trials)
             return _summarize(config, run_id, len(tasks), environment, store, completeness, [], [], [])
-        store.start_run(info, resume=stored is not None, change_selection=config.change_selection,
-                        controller=controller)
+        _start_run(store, info, resume=stored is not None, change_selection=config.change_selection,
+                   controller=controller)
         budget = RunBudget.for_run(config, store, run_id)
         done_per_task: dict[str, int] = {}
         for task_id, _ in finished:
@@ -426,6 +448,9 @@ def run_suite(config: SuiteRunConfig, announce: Callable[[str], None] | None = N
             except (KeyboardInterrupt, TerminationSignal) as stop:
                 _stopped_while_starting(flow_run.id, stop)
                 raise
+            kept = _outcomes[run_id].outcome
+            if kept is not None:
+                settle_late_cancel(flow_run.id, run_state(kept))
         # The outcome as the flow produced it in this process; only when it did not get that far
         # (it crashed) is the final state read, which raises the crash.
         kept = _outcomes[run_id].outcome

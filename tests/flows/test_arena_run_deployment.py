@@ -78,3 +78,29 @@ def _runs_named(name: str) -> list[UUID]:
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name])))
     return [run.id for run in runs]
+
+
+def test_a_cancel_that_arrives_as_the_run_ends_leaves_prefect_saying_how_it_ended(
+        prefect_server: None, tmp_path: Path) -> None:
+    """A cancel from the UI that reached the server after the run's work had ended (every result
+    stored) left the flow run Cancelling, later "cancellation timed out", while the store said
+    `completed` and `arena run` exited 0. Prefect now says Completed too, and why."""
+    import duckdb
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Cancelling
+
+    def cancel(outcome: object) -> None:  # the flow has its outcome; Prefect has not taken its end yet
+        with get_client(sync_client=True) as client:
+            client.set_flow_run_state(outcome.flow_run_id, Cancelling(message="cancelled from the UI"), force=True)
+
+    db = tmp_path / "arena.duckdb"
+    config = SuiteRunConfig(run_id="late-cancel", task_ids=["notepad-append-line"], pool_size=1, db_path=db,
+                            artifacts_dir=tmp_path / "art")
+    outcome = evaluate_suite.run_suite(config, on_outcome=cancel)
+    assert outcome.status == "completed"
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(outcome.flow_run_id).state
+    assert state.type == StateType.COMPLETED, state
+    assert "the cancel arrived after the run had ended" in (state.message or ""), state.message
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT status FROM runs WHERE run_id = 'late-cancel'").fetchone() == ("completed",)
