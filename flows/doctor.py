@@ -1,10 +1,11 @@
 """`arena doctor`: preflight checks, one line each, with the fix when one fails.
 
-Checked: the results store (reachable, a schema this code reads, writable), the Prefect server
-when one is configured (reachable, the served deployments registered and not paused), each WAA
-server given (answers /probe), the agent's model endpoint (its API key variable is set, the
-endpoint answers a model listing with that key), and with --provider aws|azure the cloud
-(credentials, sizes and quota, image and its tags, the controller's egress address inside
+Checked: the results store (reachable, a schema this code reads, writable; for the team store, a
+warning when its role is a superuser or may signal other connections or read server files), the
+Prefect server when one is configured (reachable, the served deployments registered and not
+paused), each WAA server given (answers /probe), the agent's model endpoint (its API key variable
+is set, the endpoint answers a model listing with that key), and with --provider aws|azure the
+cloud (credentials, sizes and quota, image and its tags, the controller's egress address inside
 controller_cidr, a warm pool's ports). Nothing is written or created anywhere.
 
 It also lists the local Prefect servers `arena run` started that are still running (found from
@@ -54,6 +55,37 @@ def check_store(location: Path | str) -> Check:
     intact = f", all {rows} rows read back intact" if rows is not None else ""
     return Check(where, True, f"{shown} answers, schema version {version} (this code: {SCHEMA_VERSION}), "
                               f"writable{intact}")
+
+
+ROLES_DOC = "docs/team-store.md, \"Roles\""
+
+
+def check_store_role(location: Path | str) -> list[Check]:
+    """Warnings when the team store's role can do more than a store needs: a superuser, a member
+    of pg_signal_backend (ends other roles' connections) or of pg_read_server_files (reads the
+    server's files). One line each; none for a DuckDB file, or when the server does not answer
+    (`check_store` says so)."""
+    if not isinstance(location, str):
+        return []
+    from adapters.store.postgres import role_powers
+
+    try:
+        powers = role_powers(location)
+    except StoreError:
+        return []
+    fix = f"run with a writer role that is not a superuser and `arena sql` with a reader role: {ROLES_DOC}"
+    found = []
+    if powers.superuser:
+        found.append(f"role {powers.role} is a superuser: every run and `arena sql` connect with it, so a bug or a "
+                     "query could read and write the server's files, end any connection and change any database")
+    else:
+        if powers.signal_backends:
+            found.append(f"role {powers.role} is a member of pg_signal_backend: it can cancel or end other roles' "
+                         "connections to the server, a running run's included")
+        if powers.read_server_files:
+            found.append(f"role {powers.role} is a member of pg_read_server_files: it can read any file the "
+                         "database server can (pg_read_file, COPY FROM a file)")
+    return [Check("team store role", True, detail, fix, warning=True) for detail in found]
 
 
 def check_prefect_auth(api_url: str) -> Check | None:
@@ -144,7 +176,9 @@ def check_prefect(api_url: str | None, deployments: list[str]) -> list[Check]:
 
 
 def check_waa_server(url: str, arena: str = "arena") -> Check:
-    """A WAA server answers /probe (`arena`: the command as the user runs it, for the hint)."""
+    """A WAA server answers /probe (`arena`: the command as the user runs it, for the hint);
+    the URL is shown without its password."""
+    from adapters.secrets import redact_url
     from adapters.waa.client import WAAClient
 
     client = WAAClient(url)
@@ -152,11 +186,12 @@ def check_waa_server(url: str, arena: str = "arena") -> Check:
         answers = client.probe()
     finally:
         client.close()
+    shown = redact_url(url)
     if answers:
-        return Check(f"WAA server {url}", True, "answers /probe")
-    return Check(f"WAA server {url}", False, "does not answer /probe",
+        return Check(f"WAA server {shown}", True, "answers /probe")
+    return Check(f"WAA server {shown}", False, "does not answer /probe",
                  "start its VM or server, open port 5000 to this host, or check it layer by layer: "
-                 f"{arena} probe {url}")
+                 f"{arena} probe {shown}")
 
 
 # Agents that call a model API, and which API.

@@ -11,27 +11,53 @@ table and the results (and, when they need them, the steps) of the runs they ask
 (`snapshot`): one run is a few hundred results and a few thousand steps, copied in tens of
 milliseconds.
 
-psycopg is an optional dependency (the `team` extra); a PostgreSQL location without it is a
-clear error.
+`arena sql` runs a user's query on a connection of its own, checked first and bounded in time
+(`read_only_query`, adapters/store/pg_query_guard.py). The schema lock a store takes to create
+or upgrade the tables is waited for with a limit, naming who holds it (`PgConnection.lock_schema`),
+and every connection is named in pg_stat_activity (`connection_label`) so that holder has a name.
+
+psycopg (and pglast, PostgreSQL's parser, for `arena sql`) are optional dependencies (the `team`
+extra); a PostgreSQL location without psycopg is a clear error.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
 import re
+import socket
+import sys
+import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from adapters.secrets import redact_url
 from adapters.store.errors import StoreError, StoreUnavailable
+from adapters.store.pg_query_guard import STORE_RELATIONS, QueryRefused, check_query, shadowing_sql
 from adapters.store_location import is_server_location  # noqa: F401 - part of this module's interface
+from adapters.store_location import location_problem, redact_location
+
+log = logging.getLogger(__name__)
 
 # Held while a store creates or upgrades the schema, so two controllers starting at once do not
 # race on CREATE TABLE (PostgreSQL raises a unique violation on its catalog when they do).
 _SCHEMA_LOCK_KEY = 0x5741_4121
+
+SCHEMA_LOCK_WAIT_ENV = "ARENA_SCHEMA_LOCK_WAIT_SECONDS"
+"""How long a store waits for another connection's schema lock before it gives up (default 60 s:
+creating or upgrading the schema takes well under a second)."""
+SCHEMA_LOCK_WAIT_SECONDS = 60.0
+SCHEMA_LOCK_NOTICE_SECONDS = 5.0
+"""After this long waiting for the schema lock, one line in the log names who holds it."""
+
+SQL_TIMEOUT_ENV = "ARENA_SQL_TIMEOUT_SECONDS"
+"""How long one `arena sql` query may run on the team store (default 60 s)."""
+SQL_TIMEOUT_SECONDS = 60.0
 
 # The last attempt of each task: as an anti-join on the primary key it took 73 ms over 100,000
 # results where DISTINCT ON took 128 ms (bench/results_queries.py data, PostgreSQL 15).
@@ -47,8 +73,48 @@ VIEW_DDL = """
 
 
 def redact(url: str) -> str:
-    """`url` with its password (in the user part or the query) replaced by ***, for messages."""
-    return redact_url(url)
+    """`url` as messages show it: its password and secret parameters as ***, or a placeholder
+    when it cannot be read (adapters/store_location.py `redact_location`)."""
+    return redact_location(url)
+
+
+def env_seconds(name: str, default: float) -> float:
+    """The positive number of seconds in the environment variable `name`, or `default` when it
+    is unset; ValueError naming the variable when it is not one."""
+    text = os.environ.get(name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {text!r}")
+    return value
+
+
+_label: str | None = None
+
+
+def set_connection_label(label: str | None) -> None:
+    """Name this process's later store connections `label` in PostgreSQL's pg_stat_activity
+    (application_name), e.g. ``arena run nightly-7``, so whoever holds a lock can be named;
+    None: back to the default (`connection_label`)."""
+    global _label
+    _label = label
+
+
+def connection_label(command: str | None = None) -> str:
+    """What this process's connections are called on the server: `set_connection_label`'s
+    label, else ``arena <command>`` (the command line's own when not given), with this process's
+    pid and host, since pg_stat_activity shows only the server's side of a connection."""
+    if _label is not None and command is None:
+        return _label
+    if command is None:
+        program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+        is_arena = program == "arena" or sys.argv[0].endswith(("flows/cli/__main__.py", "flows/cli"))
+        command = f"arena {sys.argv[1]}" if is_arena and len(sys.argv) > 1 else f"arena ({program})"
+    return f"{command} (pid {os.getpid()}@{socket.gethostname()})"[:63]
 
 
 def ddl(statement: str) -> str:
@@ -64,10 +130,11 @@ def _placeholders(sql: str) -> str:
 
 class PgConnection:
     """A psycopg connection that accepts the store's `?`-parameter SQL (autocommit; explicit
-    BEGIN/COMMIT where the store groups statements)."""
+    BEGIN/COMMIT where the store groups statements). `where` names the store in messages."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, where: str = "the team store") -> None:
         self._conn = conn
+        self.where = where
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         """Run one statement; returns the cursor (fetchone, fetchall, description)."""
@@ -97,9 +164,53 @@ class PgConnection:
                     count += 1
         return count
 
-    def lock_schema(self) -> None:
-        """Take the schema lock for the current transaction."""
-        self._conn.execute("SELECT pg_advisory_xact_lock(%s)", [_SCHEMA_LOCK_KEY])
+    def lock_schema(self, wait_seconds: float | None = None, *, notice_seconds: float = SCHEMA_LOCK_NOTICE_SECONDS,
+                    poll_seconds: float = 0.2) -> None:
+        """Take the schema lock for the current transaction, waiting at most `wait_seconds`
+        (default $ARENA_SCHEMA_LOCK_WAIT_SECONDS, else 60) while another connection holds it:
+        after `notice_seconds` one log line names the holder; at the limit, `StoreError` naming
+        the holder and how to end it. (A plain pg_advisory_xact_lock would wait forever,
+        silently, behind anyone who took the lock and kept it.)"""
+        limit = env_seconds(SCHEMA_LOCK_WAIT_ENV, SCHEMA_LOCK_WAIT_SECONDS) if wait_seconds is None else wait_seconds
+        started = time.monotonic()
+        noticed = False
+        while not self._conn.execute("SELECT pg_try_advisory_xact_lock(%s)", [_SCHEMA_LOCK_KEY]).fetchone()[0]:
+            waited = time.monotonic() - started
+            if waited >= limit:
+                holder, pid = self.schema_lock_holder()
+                end = (f"stop that program, or end its connection (as a superuser or its own role): "
+                       f"SELECT pg_terminate_backend({pid})") if pid else "stop the program that holds it"
+                raise StoreError(f"{self.where}: the schema lock is held by {holder}; gave up after {waited:.0f} s "
+                                 f"({SCHEMA_LOCK_WAIT_ENV}); {end}")
+            if not noticed and waited >= notice_seconds:
+                log.warning("%s: waiting for the schema lock, held by %s (giving up after %.0f s)",
+                            self.where, self.schema_lock_holder()[0], limit)
+                noticed = True
+            time.sleep(poll_seconds)
+
+    def schema_lock_holder(self) -> tuple[str, int | None]:
+        """Who holds the schema lock, in words (pid, role, application, client address, state
+        and since when, as far as this role may see them), and its server pid."""
+        row = self._conn.execute(
+            """
+            SELECT l.pid, a.usename, a.application_name, host(a.client_addr), a.state,
+                   coalesce(a.xact_start, a.backend_start)
+            FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+            WHERE l.locktype = 'advisory' AND l.granted AND l.database = (
+                      SELECT oid FROM pg_database WHERE datname = current_database())
+              AND l.classid = %s AND l.objid = %s AND l.objsubid = 1 AND l.pid <> pg_backend_pid()
+            LIMIT 1
+            """,
+            [(_SCHEMA_LOCK_KEY >> 32) & 0xFFFF_FFFF, _SCHEMA_LOCK_KEY & 0xFFFF_FFFF],
+        ).fetchone()
+        if row is None:
+            return "another connection (gone by now)", None
+        pid, role, application, address, state, since = row
+        details = [f"role {role}" if role else None, f"application {application!r}" if application else None,
+                   f"from {address}" if address else "from a local socket" if state else None,
+                   f"{state} since {since:%Y-%m-%d %H:%M:%S %Z}".rstrip() if state and since else state]
+        shown = ", ".join(d for d in details if d)
+        return f"server pid {pid}" + (f" ({shown})" if shown else ""), int(pid)
 
     def table_exists(self, name: str) -> bool:
         """Whether the table exists in the connection's schema."""
@@ -107,50 +218,102 @@ class PgConnection:
         return bool(row[0])
 
 
-def connect(url: str, *, connect_timeout: float = 10.0) -> PgConnection:
-    """A connection to the PostgreSQL database at `url`; `StoreError` (password hidden) when
-    psycopg is missing or the server cannot be reached or refuses the login."""
+def connect(url: str, *, connect_timeout: float = 10.0, label: str | None = None) -> PgConnection:
+    """A connection to the PostgreSQL database at `url`, named `label` (default:
+    `connection_label()`) on the server; `StoreError` (password hidden) when the URL cannot be
+    read, psycopg is missing, or the server cannot be reached or refuses the login."""
+    where = redact(url)
+    problem = location_problem(url)
+    if problem is not None:  # nothing of a malformed URL reaches the server (or its log)
+        raise StoreError(f"{where}: {problem}")
     try:
         import psycopg
     except ImportError as exc:
         raise StoreError(
-            f"{redact(url)}: a PostgreSQL results store needs psycopg; install the team extra "
+            f"{where}: a PostgreSQL results store needs psycopg; install the team extra "
             "(pip install 'waa-arena[team]')"
         ) from exc
     try:
-        conn = psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(connect_timeout)))
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(connect_timeout)),
+                               fallback_application_name=label or connection_label())
     except psycopg.Error as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise StoreUnavailable(f"{redact(url)}: cannot connect to the results store: {reason}") from exc
-    return PgConnection(conn)
+        raise StoreUnavailable(f"{where}: cannot connect to the results store: {reason}") from exc
+    return PgConnection(conn, where)
 
 
-# What `arena sql` runs on the team store: queries, never commands (COPY, SET, BEGIN, DO ...).
-READ_STATEMENTS = frozenset({"select", "with", "values", "table", "explain", "show"})
+# What `arena sql` runs on the team store: queries, never commands (COPY, SET, BEGIN, DO, SHOW ...).
+READ_STATEMENTS = frozenset({"select", "with", "values", "table", "explain"})
 
 
-def read_only_query(url: str, sql: str) -> tuple[list[str], list[tuple[Any, ...]]] | None:
-    """Run one query (PostgreSQL's dialect) that cannot change anything: column names and rows,
-    or None for a statement without rows. ValueError naming the problem when the query is not
-    one read-only statement, or with the server's first line when it fails.
+@dataclass(frozen=True)
+class QueryLimits:
+    """How long an `arena sql` query may run, wait for a lock, and sit idle in its transaction."""
 
-    Three locks, each enough for most attempts: the statement must start with a query keyword
-    (`READ_STATEMENTS`: no COPY, SET, BEGIN or DO); it is sent as one prepared statement, so a
-    second statement after a ';' cannot ride along; and it runs inside a READ ONLY transaction
-    that is rolled back, so a data-modifying CTE or EXPLAIN ANALYZE of an UPDATE is refused by
-    the server itself."""
+    statement: float = SQL_TIMEOUT_SECONDS
+    lock: float = 10.0
+    idle: float = SQL_TIMEOUT_SECONDS
+
+    @classmethod
+    def from_env(cls) -> QueryLimits:
+        """The statement limit from $ARENA_SQL_TIMEOUT_SECONDS (ValueError naming a bad value);
+        a lock is waited for at most half of it (10 s at most), an idle transaction as long as it."""
+        statement = env_seconds(SQL_TIMEOUT_ENV, SQL_TIMEOUT_SECONDS)
+        return cls(statement=statement, lock=min(10.0, statement / 2), idle=statement)
+
+
+def read_only_query(url: str, sql: str, limits: QueryLimits | None = None,
+                    relations: Iterable[str] = STORE_RELATIONS) -> tuple[list[str], list[tuple[Any, ...]]] | None:
+    """Run one query (PostgreSQL's dialect) that can neither change anything nor reach beyond
+    the store's tables: column names and rows, or None for a statement without rows. ValueError
+    in one line naming the problem when the query is refused, fails, or outlasts `limits`
+    (default `QueryLimits.from_env()`).
+
+    Locks, each enough for most attempts: the statement must start with a query keyword
+    (`READ_STATEMENTS`); its parse tree may hold only a plain query over the store's
+    `relations` with harmless built-ins (adapters/store/pg_query_guard.py: no signalling other
+    connections, advisory locks, sleeps, server files, queries in strings, FOR UPDATE), and the
+    server confirms each name used is the built-in; it is sent as one prepared statement, so a
+    second statement after a ';' cannot ride along; and it runs on a connection of its own, in a
+    READ ONLY transaction that is rolled back, under statement, lock and idle timeouts (SET
+    LOCAL), so a data-modifying CTE or EXPLAIN ANALYZE of an UPDATE is refused by the server
+    itself and nothing runs on unbounded."""
     import psycopg
 
     keyword = leading_keyword(sql)
     if keyword not in READ_STATEMENTS:
         raise ValueError(f"arena sql runs queries only ({', '.join(sorted(READ_STATEMENTS))}); "
                          f"{(keyword or 'an empty statement').upper()} is not one")
-    conn = connect(url)
+    used = check_query(sql, relations)
+    limits = limits or QueryLimits.from_env()
+    conn = connect(url, label=connection_label("arena sql"))
     raw = conn._conn
     try:
         raw.execute("BEGIN TRANSACTION READ ONLY")
+        # standard_conforming_strings on: the server reads string literals as the check's parser
+        # did (with it off, 'a\'' ends elsewhere, and what the check took for text would run).
+        raw.execute(
+            "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true), "
+            "set_config('idle_in_transaction_session_timeout', %s, true), "
+            "set_config('standard_conforming_strings', 'on', true)",
+            [f"{int(limits.statement * 1000)}ms", f"{int(limits.lock * 1000)}ms", f"{int(limits.idle * 1000)}ms"],
+        )
+        shadow = raw.execute(shadowing_sql(), [sorted(used.functions), sorted(used.operators),
+                                               sorted(used.types)]).fetchone()
+        if shadow is not None:
+            raise QueryRefused(f"arena sql refuses the query: {shadow[0]} exists beside the built-in of that name, "
+                               "so the query might call it; qualify the built-in as pg_catalog.NAME, or ask the "
+                               "database's owner to move it out of the store's schema")
         try:
             cursor = raw.execute(sql, prepare=True)  # prepared: exactly one statement
+        except psycopg.errors.QueryCanceled as exc:
+            if "statement timeout" not in str(exc):  # cancelled by someone (pg_cancel_backend, Ctrl-C)
+                raise ValueError(f"query failed: {str(exc).strip().splitlines()[0]}") from exc
+            raise ValueError(f"query stopped at the statement timeout of {limits.statement:g} s "
+                             f"(set {SQL_TIMEOUT_ENV} for longer)") from exc
+        except psycopg.errors.LockNotAvailable as exc:
+            raise ValueError(f"query gave up after waiting {limits.lock:g} s for a lock another connection holds "
+                             "(a schema change under way?); try again") from exc
         except psycopg.Error as exc:
             raise ValueError(f"query failed: {str(exc).strip().splitlines()[0]}") from exc
         if cursor.description is None:
@@ -185,6 +348,34 @@ def leading_keyword(sql: str) -> str:
             match = re.match(r"[A-Za-z_]+", sql[position:])
             return match.group(0).lower() if match else sql[position]
     return ""
+
+
+@dataclass(frozen=True)
+class RolePowers:
+    """What the role a store URL logs in as may do beyond its tables."""
+
+    role: str
+    superuser: bool
+    signal_backends: bool  # a member of pg_signal_backend: cancel or end other roles' connections
+    read_server_files: bool  # a member of pg_read_server_files: read any file the server can
+
+
+def role_powers(url: str) -> RolePowers:
+    """The powers of the role `url` logs in as; `StoreError` when it cannot connect."""
+    conn = connect(url, label=connection_label("arena doctor"))
+    try:
+        row = conn.execute(
+            "SELECT current_user, rolsuper, pg_has_role(current_user, 'pg_signal_backend', 'MEMBER'), "
+            "pg_has_role(current_user, 'pg_read_server_files', 'MEMBER') FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()
+    except Exception as exc:
+        if not is_engine_error(exc):
+            raise
+        raise StoreError(f"{conn.where}: cannot read the role's attributes: {' '.join(str(exc).split())}") from exc
+    finally:
+        conn.close()
+    return RolePowers(role=row[0], superuser=bool(row[1]), signal_backends=bool(row[2]),
+                      read_server_files=bool(row[3]))
 
 
 def is_engine_error(exc: BaseException) -> bool:
