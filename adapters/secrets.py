@@ -5,9 +5,11 @@ A run's configuration is a Prefect flow parameter (shown in the UI), is stored w
 printed in reports, so secrets never travel in it: API keys come from environment variables the
 configuration *names*, passwords from libpq's chain (PGPASSWORD, ~/.pgpass). `scrub_secrets`
 drops secret-looking keys from what is stored; `url_secret` finds a secret inside a URL (a
-password in its user part, or a query parameter such as ``?password=`` or ``?api_key=``), which
-every URL the product accepts is checked with, so such a URL is refused with one line instead of
-being shown and stored.
+password in its user part; a parameter such as ``?password=``, ``?api_key=``, ``#token=`` or
+``;key=`` in the query, the fragment or a path segment; a password in the path; a host or port
+that cannot be read, which may hide one), which every URL the product accepts is checked with, so
+such a URL is refused with one line instead of being shown and stored. `redact_url` hides the same
+parts for messages, and shows a URL it cannot read as a placeholder, never as it was given.
 """
 
 from __future__ import annotations
@@ -67,20 +69,70 @@ def _secret_parameter(name: str) -> bool:
     return is_secret_key(name) or "password" in lowered or lowered in _URL_SECRET_NAMES
 
 
+UNPARSEABLE_URL = "(unparseable URL, hidden)"
+"""What `redact_url` shows instead of a URL it cannot read (it may hold a secret anywhere)."""
+
+_UNREADABLE = ("a host or port that cannot be read (a port that is not a number, or an unmatched "
+               "bracket), which may hide a secret")
+
+
+def _split(url: str) -> urllib.parse.SplitResult:
+    """`url` split into its parts; ValueError when its host or port cannot be read (a password
+    typed where the port goes, an unmatched bracket). Every host of a libpq multi-host list
+    (``h1:5432,h2:5433``) is checked."""
+    parts = urllib.parse.urlsplit(url)
+    _ = parts.password  # raises on a malformed user part
+    for host in parts.netloc.rpartition("@")[2].split(","):
+        if host.startswith("["):
+            address, bracket, port = host[1:].partition("]")
+            if not bracket or (port and not port.startswith(":")):
+                raise ValueError("unreadable host")
+            port = port[1:]
+        else:
+            port = host.partition(":")[2]
+        if port and not port.isdigit():
+            raise ValueError("unreadable port")
+    return parts
+
+
+def _path_parameters(path: str) -> list[tuple[str, str]]:
+    """The ``;name=value`` parameters of every segment of a URL's path (RFC 3986)."""
+    found = []
+    for segment in path.split("/"):
+        for parameter in segment.split(";")[1:]:
+            name, _, value = parameter.partition("=")
+            found.append((urllib.parse.unquote(name), urllib.parse.unquote(value)))
+    return found
+
+
+def _secret_pair(name: str, value: str) -> bool:
+    # libpq reads a connection string inside dbname=..., so a password can hide in a value too.
+    return _secret_parameter(name) or "password" in value.lower()
+
+
 def url_secret(url: str) -> str | None:
-    """What secret `url` carries ("a password", "the query parameter 'password'"), or None."""
+    """What secret `url` carries ("a password in its user part", "the query parameter
+    'password'", "the fragment parameter 'token'", ...), or None. A URL whose host or port cannot
+    be read counts as carrying one: whatever stands there would be shown as it is."""
     try:
-        parts = urllib.parse.urlsplit(url)
-        password = parts.password
+        parts = _split(url)
     except ValueError:
-        return None  # not a URL a secret can be read from; its own checks say what is wrong
-    if password is not None:
+        return _UNREADABLE
+    if parts.password is not None:
         return "a password in its user part"
-    for name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True):
-        if _secret_parameter(name):
-            return f"the query parameter {name!r}"
-        if "password" in value.lower():  # libpq reads a connection string inside dbname=...
-            return f"a password inside the query parameter {name!r}"
+    places = (("query", urllib.parse.parse_qsl(parts.query, keep_blank_values=True)),
+              ("fragment", urllib.parse.parse_qsl(parts.fragment, keep_blank_values=True)),
+              ("path", _path_parameters(parts.path)))
+    for place, pairs in places:
+        for name, value in pairs:
+            if _secret_parameter(name):
+                return f"the {place} parameter {name!r}"
+            if "password" in value.lower():
+                return f"a password inside the {place} parameter {name!r}"
+    if "password" in urllib.parse.unquote(parts.path).lower():
+        return "a password in its path"
+    if "password" in urllib.parse.unquote(parts.fragment).lower():
+        return "a password in its fragment"
     return None
 
 
@@ -93,19 +145,42 @@ def refuse_url_secret(url: str, what: str, fix: str) -> str:
     return url
 
 
-def redact_url(url: str) -> str:
-    """`url` with its password and secret query values replaced by ***, for messages."""
+def redact_url(url: str, unparseable: str = UNPARSEABLE_URL) -> str:
+    """`url` with its password and the values of its secret parameters (query, fragment, path)
+    replaced by ***, a path holding a password by /***, for messages; `unparseable` (a
+    placeholder, never the text) when its host or port cannot be read."""
     try:
-        parts = urllib.parse.urlsplit(url)
-        password = parts.password
+        parts = _split(url)
     except ValueError:
-        return url
+        return unparseable
     netloc = parts.netloc
-    if password is not None:
+    if parts.password is not None:
         host = netloc.rsplit("@", 1)[1]
         netloc = f"{parts.username or ''}:***@{host}"
     query = "&".join(
-        f"{name}={'***' if _secret_parameter(name) or 'password' in value.lower() else urllib.parse.quote(value, safe='/:')}"
+        f"{name}={'***' if _secret_pair(name, value) else urllib.parse.quote(value, safe='/:')}"
         for name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
     )
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
+    fragment = parts.fragment
+    pairs = urllib.parse.parse_qsl(fragment, keep_blank_values=True)
+    if any(_secret_pair(name, value) for name, value in pairs):  # else left exactly as it was
+        fragment = "&".join(f"{name}={'***' if _secret_pair(name, value) else value}" for name, value in pairs)
+    if "password" in urllib.parse.unquote(fragment).lower():
+        fragment = "***"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query, fragment=fragment,
+                                                  path=_redact_path(parts.path)))
+
+
+def _redact_path(path: str) -> str:
+    """A URL's path with the values of its secret ``;name=value`` parameters replaced by ***, or
+    /*** when a password shows in it otherwise."""
+    segments = []
+    for segment in path.split("/"):
+        head, *parameters = segment.split(";")
+        for parameter in parameters:
+            name, _, value = parameter.partition("=")
+            secret = _secret_pair(urllib.parse.unquote(name), urllib.parse.unquote(value))
+            head += f";{name}=***" if secret else f";{parameter}"
+        segments.append(head)
+    redacted = "/".join(segments)
+    return "/***" if "password" in urllib.parse.unquote(redacted).lower() else redacted

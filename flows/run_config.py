@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from adapters.agents import MODEL_AGENTS, AgentOptions
 from adapters.benchmark import BenchmarkResult
 from adapters.results.source import stored_selection
-from adapters.secrets import refuse_url_secret
+from adapters.secrets import redact_url, refuse_url_secret
 from adapters.store.duckdb_store import ResultStore, selection_change
 from adapters.store.errors import StoreError
 from adapters.store_location import check_store_url, default_store_url
@@ -170,7 +170,8 @@ class SuiteRunConfig(BaseModel):
     @field_validator("waa_urls")
     @classmethod
     def _no_secret_in_urls(cls, value: list[str]) -> list[str]:
-        return [refuse_url_secret(url, f"--waa-url {url.split('?')[0]!r}", "leave it out") for url in value]
+        # The refusal shows the URL redacted: its secret is what it must not repeat.
+        return [refuse_url_secret(url, f"--waa-url {redact_url(url)!r}", "leave it out") for url in value]
 
     @field_validator("stage_timeouts")
     @classmethod

@@ -73,8 +73,8 @@ def _doctor(args: argparse.Namespace) -> int:
     from prefect.settings import PREFECT_API_URL
 
     from adapters.agents import AgentOptions
-    from flows.doctor import (check_cloud, check_model, check_prefect, check_store, check_waa_server,
-                              find_running_servers, local_server_lines, stop_local_servers)
+    from flows.doctor import (check_cloud, check_model, check_prefect, check_store, check_store_role,
+                              check_waa_server, find_running_servers, local_server_lines, stop_local_servers)
 
     if args.stop_local_servers is not None:
         lines, stopped = stop_local_servers(args.stop_local_servers)
@@ -83,7 +83,8 @@ def _doctor(args: argparse.Namespace) -> int:
     options = AgentOptions(**{k: v for k, v in {
         "model": args.model, "base_url": args.base_url, "api_key_env": args.api_key_env,
     }.items() if v is not None})
-    checks = [check_store(args.db), *check_prefect(PREFECT_API_URL.value(), SERVED_DEPLOYMENTS)]
+    checks = [check_store(args.db), *check_store_role(args.db),
+              *check_prefect(PREFECT_API_URL.value(), SERVED_DEPLOYMENTS)]
     arena = invoked_as()
     checks += [check_waa_server(url, arena) for url in args.waa_url or []]
     checks += check_model(args.agent, options) if args.agent else []
@@ -98,9 +99,11 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _probe(args: argparse.Namespace) -> int:
+    from adapters.secrets import redact_url, refuse_url_secret
     from adapters.waa.client import WAAClient
     from adapters.waa.probe import format_probe, probe_server
 
+    refuse_url_secret(args.url, f"the WAA server URL {redact_url(args.url)!r}", "leave it out")
     client = WAAClient(args.url, read_retries=1)
     results = probe_server(client, ready_deadline=args.wait)
     print(format_probe(args.url, results))
