@@ -40,9 +40,10 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from adapters.agents import AgentOptions, build_agent
 from adapters.results.metrics import compute_run_metrics
 from adapters.benchmark import BenchmarkResult, BenchmarkTask
-from adapters.store.duckdb_store import ResultStore, selection_change
+from adapters.store.duckdb_store import ResultStore, configuration_change, selection_change
 from adapters.store.errors import StoreError, StoreUnavailable, error_text
 from adapters.store.lease import Controller, Heartbeat
+from adapters.store.postgres import set_connection_label
 from adapters.store.recorder import RecorderClose
 from adapters.store.spool import ResultSpool, drain_spool, spool_dir
 from adapters.vms.base import VMProvider
@@ -206,6 +207,7 @@ def _evaluate_on(config: SuiteRunConfig, run_id: str, catalog: WAATaskCatalog, t
     environment = provider.environment
     controller = Controller.this_process()
     spool = ResultSpool(spool_dir(config.artifacts_dir, run_id))
+    set_connection_label(f"arena run {run_id}")  # on a team store, who holds a lock is named by its run
     with ResultStore(config.store_location) as store:
         stored = store.get_run(run_id)
         info = run_info(config, run_id, catalog, [t.task_id for t in tasks], agent_config, provider)
@@ -227,7 +229,8 @@ def _evaluate_on(config: SuiteRunConfig, run_id: str, catalog: WAATaskCatalog, t
             logger.info("Resuming run %s: %d of %d %s already have final results", run_id, len(finished), len(wanted),
                         "trials" if with_trials else "tasks")
         if (stored is not None and stored.status == "completed" and not todo and not config.change_selection
-                and selection_change(run_id, stored.selected_task_ids, info.selected_task_ids or []) is None):
+                and selection_change(run_id, stored.selected_task_ids, info.selected_task_ids or []) is None
+                and configuration_change(stored.model_dump(), info) is None):
             # Resuming a finished run: nothing to do, and its record (finish time) stays as it is.
             logger.info("Run %s is already complete; nothing to do", run_id)
             completeness = run_completeness(store, run_id, tasks, RunBudget.for_run(config, store, run_id), trials)

@@ -17,6 +17,7 @@ import json
 import logging
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TextIO
 
@@ -133,6 +134,9 @@ class ProgressPrinter:
         self.side_file = side_file
         self.stream = stream or sys.stderr
         self.interval = interval
+        # A side file an earlier invocation of the run left is not this one's progress (a resume
+        # that is refused printed the earlier run's "completed" line before its refusal).
+        self._since = time.time() - 1.0
         self._stop = threading.Event()
         self._last = ""
         self._thread = threading.Thread(target=self._loop, name="arena-progress", daemon=True)
@@ -155,6 +159,8 @@ class ProgressPrinter:
 
     def _print_once(self) -> None:
         try:
+            if self.side_file.stat().st_mtime < self._since:
+                return
             line = "progress: " + progress_line(json.loads(self.side_file.read_text()))
         except (OSError, ValueError):
             return  # not written yet, or being replaced

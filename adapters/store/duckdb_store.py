@@ -415,6 +415,26 @@ def agent_config_hash(agent_config: Mapping[str, Any]) -> str:
     return hashlib.sha256(config_json.encode()).hexdigest()
 
 
+# What a resumed run must share with the stored one, so one run never mixes two configurations.
+_RESUMED_FIELDS = ("agent", "model_id", "suite", "suite_hash", "agent_config_hash", "scoring")
+
+
+def configuration_change(stored: Mapping[str, Any], run: RunInfo) -> str | None:
+    """Why `run` cannot continue the stored run whose `_RESUMED_FIELDS` are `stored` (agent,
+    model, suite, suite hash, agent configuration hash, scoring), in one line; None when it can."""
+    wanted = (run.agent, run.model_id, run.suite, run.suite_hash, agent_config_hash(run.agent_config), run.scoring)
+    changed = [
+        f"{name}: stored {stored.get(name)!r}, now {new!r}"
+        for name, new in zip(_RESUMED_FIELDS, wanted)
+        # Runs recorded before version 3 (8) have no configuration hash (scoring) to compare.
+        if stored.get(name) != new and not (name in ("agent_config_hash", "scoring") and stored.get(name) is None)
+    ]
+    if not changed:
+        return None
+    return (f"cannot resume run {run.run_id!r} with a different configuration ({'; '.join(changed)}); "
+            "give another --run-id for a new run")
+
+
 def selection_change(run_id: str, stored: list[str] | None, selected: list[str]) -> str | None:
     """Why resuming run `run_id` (which selected `stored`) with `selected` is refused, or None
     when the selections agree (or the run predates stored selections)."""
@@ -472,6 +492,7 @@ class ResultStore:
         self._checked = False  # the DuckDB file's integrity was checked when first opened
         self._held: Any = None  # a read-only DuckDB connection every read uses (`held_open`)
         self._server: postgres.PgConnection | None = None
+        self._connected_once = False  # a lost connection is made again; a first one that fails is not
         # Who this store writes runs as: the controller that started or resumed the run here,
         # or a shard with its spent ticket (adapters/store/writers.py); None for neither.
         self._writer: writers.Writer = None
@@ -586,6 +607,7 @@ class ResultStore:
         assert self._server_url is not None
         if self._server is None or self._server.broken:
             self._server = postgres.connect(self._server_url)
+            self._connected_once = True
         try:
             yield self._server
         except Exception as exc:
@@ -596,13 +618,13 @@ class ResultStore:
             raise kind(f"{self._where}: {reason}") from exc
 
     def _retried(self, call: Callable[[], T]) -> T:
-        """`call()`; on a PostgreSQL store, made again (each time on a new connection) while it
-        fails for an outage, for up to `reconnect_seconds`. A DuckDB file's outage (a full disk,
+        """`call()`; on a PostgreSQL store that was reached before, made again (each time on a
+        new connection) while it fails for an outage, for up to `reconnect_seconds`. A DuckDB file's outage (a full disk,
         a lock another process holds past `wait_seconds`) is raised at once, as before: its
         writers (the recorder) wait in their own way, and a lost connection is not among its
         failures."""
-        if self._server_url is None:
-            return call()
+        if self._server_url is None or not self._connected_once:
+            return call()  # never connected: a wrong address or password, said at once
         deadline = time.monotonic() + self._reconnect_seconds
         delay = 0.0  # a dropped connection is usually replaced at once
         while True:
@@ -740,20 +762,9 @@ class ResultStore:
                 raise StoreError(
                     f"{self._where}: run {run.run_id!r} already exists; pass resume=True to continue it"
                 )
-            names = ("agent", "model_id", "suite", "suite_hash", "agent_config_hash", "scoring")
-            wanted = (run.agent, run.model_id, run.suite, run.suite_hash, config_hash, run.scoring)
-            stored_row = (*existing[:5], existing[9])
-            changed = [
-                f"{n}: stored {old!r}, now {new!r}"
-                for n, old, new in zip(names, stored_row, wanted)
-                # Runs recorded before version 3 (8) have no configuration hash (scoring) to compare.
-                if old != new and not (n in ("agent_config_hash", "scoring") and old is None)
-            ]
+            changed = configuration_change(dict(zip(_RESUMED_FIELDS, (*existing[:5], existing[9]))), run)
             if changed:
-                raise StoreError(
-                    f"{self._where}: cannot resume run {run.run_id!r} with a different "
-                    f"configuration ({'; '.join(changed)})"
-                )
+                raise StoreError(f"{self._where}: {changed}")
             stored = _json_value(existing[5])
             if not change_selection and run.selected_task_ids is not None:
                 problem = selection_change(run.run_id, stored, run.selected_task_ids)

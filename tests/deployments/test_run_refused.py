@@ -88,3 +88,32 @@ def test_a_served_run_with_a_taken_run_id_ends_failed_with_the_line(
     with ResultStore(db, read_only=True) as store:
         run = store.get_run("taken-2")
         assert run is not None and run.agent == "random"
+
+
+def test_a_completed_run_id_reused_with_another_agent_is_refused_not_reprinted(
+        prefect_server: None, tmp_path: Path) -> None:
+    """`arena run --run-id X --agent random` on X, a completed scripted run, reprinted X's old
+    summary and exited 0, as if the random agent had been measured. It is refused in one line."""
+    from prefect.settings import PREFECT_API_URL
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_API_URL=str(PREFECT_API_URL.value()), PYTHONPATH=str(PROJECT))
+    db = tmp_path / "arena.duckdb"
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "flows.cli", "run", "--task", TASK, "--run-id", "done-once", "--db", str(db),
+             "--artifacts", str(tmp_path / "art"), *extra],
+            cwd=PROJECT, capture_output=True, text=True, timeout=300, env=env,
+        )
+
+    first = run()
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = run("--agent", "random")
+    assert again.returncode == 2, (again.stdout[-2000:], again.stderr[-3000:])
+    errors = [line for line in again.stderr.splitlines() if line.startswith("arena: error:")]
+    assert len(errors) == 1 and "agent: stored 'scripted', now 'random'" in errors[0], again.stderr
+    assert "Traceback" not in again.stderr and "WAA run done-once" not in again.stdout
+    assert "progress:" not in again.stderr, "the earlier invocation's progress line was shown as this one's"
+    same = run()  # the same configuration: nothing to do, the summary again
+    assert same.returncode == 0 and "WAA run done-once" in same.stdout, same.stderr[-3000:]
