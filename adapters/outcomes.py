@@ -66,10 +66,14 @@ R9  Evaluation: a scored evaluation is `success` when the score is 1 and `agent_
     `infrastructure_error`: it is retried and never scored, even where WAA's getter would have
     turned the failure into None and scored 0 (`classify_evaluation_call_error`). A 5xx naming a
     file or program the VM does not have (`[WinError 2]`) is the task's data
-    (`evaluation_error`); a tree the agent made unreadable (R5) is read as WAA reads it. The
-    scoring option `waa-compat` (`SCORING_MODES`, recorded on the run as `runs.scoring`) keeps
-    WAA's own handling of a server's error answer during evaluation, for reproducing WAA's
-    numbers; a VM out of reach is infrastructure under both.
+    (`evaluation_error`); so is a `/file` read of a path that is a folder on the VM, the task's
+    fault (`is_folder_read`: the server's open() refused it, "[Errno 21] Is a directory" on
+    Linux, "[Errno 13] Permission denied" on Windows, which a file another program locks gives
+    too, so the VM is asked whether the path is a folder); every other 5xx stays infrastructure.
+    A tree the agent made unreadable (R5) is read as WAA reads it. The scoring option
+    `waa-compat` (`SCORING_MODES`, recorded on the run as `runs.scoring`) keeps WAA's own
+    handling of a server's error answer during evaluation, for reproducing WAA's numbers; a VM
+    out of reach is infrastructure under both.
 R10 Retry what is safe to repeat. Reads (observations, files, yes/no checks), WAA's reset and
     clean-up calls (`/setup/close_all`, `/setup/clear_task_files`), the read-only `tasklist`
     that verifies launches, and window activation are retried with back-off on connection
@@ -87,6 +91,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Callable
 from typing import Literal
 
 import requests
@@ -131,6 +136,8 @@ _XML_INCOMPATIBLE = "XML compatible"
 _MISSING_ON_VM = re.compile(
     r"\[WinError (2|3)\]|\[Errno 2\]|cannot find the (file|path) specified|No such file or directory", re.IGNORECASE
 )
+# R9: the server's open() of a folder, as its 500 message says it (Python's OSError text).
+_FOLDER_OPENED = re.compile(r"\[Errno (13|21)\] (Permission denied|Is a directory)")
 _UNSUPPORTED_PARAMETER = re.compile(r"not supported", re.IGNORECASE)
 # XML 1.0 allows \t \n \r among the C0 controls; lxml refuses the rest (and NUL).
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
@@ -253,6 +260,18 @@ def classify_evaluation_call_error(error: WAAError, agent_typed_control_characte
     if _MISSING_ON_VM.search(error.message):
         return Fault.TASK_DATA
     return Fault.ENVIRONMENT
+
+
+def is_folder_read(error: WAAError, path: str, is_folder: Callable[[str], bool]) -> bool:
+    """R9: whether a failed `/file` read of `path` failed because the task names a folder there.
+
+    Only a 5xx whose message is the server's open() refusing it counts, and only when the VM
+    says `path` is a folder (`is_folder`, asked only then): Windows answers a folder with the
+    same "[Errno 13] Permission denied" as a file another program holds open, which stays
+    infrastructure like every other 5xx."""
+    if not isinstance(error, WAAHTTPError) or error.endpoint != "/file" or error.status < 500:
+        return False
+    return bool(_FOLDER_OPENED.search(error.message)) and is_folder(path)
 
 
 def evaluation_error_outcome(error: BaseException) -> OutcomeKind | None:

@@ -32,6 +32,7 @@ from adapters.outcomes import (
     classify_command_failure,
     classify_evaluation_call_error,
     classify_setup_error,
+    is_folder_read,
 )
 from adapters.waa.actions import (
     WINDOWS_COMMAND_LINE_LIMIT,
@@ -423,6 +424,53 @@ def test_r9_a_500_naming_a_program_the_vm_lacks_is_an_evaluation_error(sim: Loca
     assert result.outcome is OutcomeKind.EVALUATION_ERROR and "[WinError 2]" in (result.error or "")
 
 
+FOLDER_READ_TASK = BenchmarkTask(
+    task_id="reads-a-folder", instruction="-", domain="file_explorer",
+    evaluation_spec={"func": "exact_match",
+                     "result": {"type": "vm_file", "path": "C:\\Users\\Docker\\Desktop", "dest": "desktop.txt"},
+                     "expected": {"type": "rule", "rules": {"expected": "a file's path"}}},
+)
+
+
+def test_r9_a_getter_reading_a_folder_as_a_file_is_an_evaluation_error_naming_it(sim: LocalEnvHandle, tmp_path: Path) -> None:
+    """WAA's /file answers 500 "[Errno 13] Permission denied" for a folder on Windows (the
+    simulation too): the task's fault, not a VM to replace; under waa-compat it is scored as WAA
+    scores it (the getter's None: 0)."""
+    adapter = _adapter(sim.base_url, tmp_path)
+    adapter.reset(FOLDER_READ_TASK)
+    result = adapter.evaluate(FOLDER_READ_TASK)
+    assert result.outcome is OutcomeKind.EVALUATION_ERROR, result.reason
+    assert "C:\\Users\\Docker\\Desktop is a folder on the VM, not a file" in (result.error or "")
+    assert "[Errno 13] Permission denied" in (result.error or "")
+    compat = WAALiveAdapter(WAAClient(sim.base_url, read_retries=1, backoff_seconds=0.01), CATALOG, tmp_path / "compat",
+                            LiveAdapterSettings(settle=SettlePolicy.fixed(0), scoring="waa-compat"))
+    assert compat.evaluate(FOLDER_READ_TASK).outcome is OutcomeKind.AGENT_FAILURE
+
+
+@pytest.mark.parametrize("path, message, outcome", [
+    # Linux's words for a folder (a server of ours on a Linux desktop guest): the task's fault.
+    ("C:\\Users\\Docker\\Desktop", "[Errno 21] Is a directory: 'C:\\\\Users\\\\Docker\\\\Desktop'",
+     OutcomeKind.EVALUATION_ERROR),
+    # Windows' words for a file another program holds open: the same as for a folder, but the VM
+    # says the path is no folder, so it stays infrastructure.
+    ("C:\\Users\\Docker\\Documents\\notes.txt", "[Errno 13] Permission denied: 'C:\\\\Users\\\\Docker\\\\notes.txt'",
+     OutcomeKind.INFRASTRUCTURE_ERROR),
+    # Any other 500 for a folder's path stays infrastructure.
+    ("C:\\Users\\Docker\\Desktop", "Internal Server Error", OutcomeKind.INFRASTRUCTURE_ERROR),
+], ids=["errno-21-folder", "errno-13-locked-file", "other-500"])
+def test_r9_only_a_500_saying_the_named_path_is_a_folder_is_the_tasks_fault(
+    sim: LocalEnvHandle, tmp_path: Path, path: str, message: str, outcome: OutcomeKind
+) -> None:
+    task = FOLDER_READ_TASK.model_copy(update={"evaluation_spec": {
+        **FOLDER_READ_TASK.evaluation_spec, "result": {"type": "vm_file", "path": path, "dest": "read.txt"}}})
+    adapter = _adapter(sim.base_url, tmp_path)
+    adapter.reset(task)
+    _faults(sim.base_url, {"route": "/file", "status": 500, "message": message})
+    result = adapter.evaluate(task)
+    assert result.outcome is outcome, result.reason
+    assert message in (result.error or "")
+
+
 def test_r9_evaluation_call_classification_table() -> None:
     assert classify_evaluation_call_error(WAAConnectionError("/file", "reset")) is Fault.ENVIRONMENT
     assert classify_evaluation_call_error(WAAHTTPError("/execute", 500, "Command ... timed out after 120 seconds")) is Fault.ENVIRONMENT
@@ -432,6 +480,14 @@ def test_r9_evaluation_call_classification_table() -> None:
     unreadable = WAAHTTPError("/accessibility", 500, "All strings must be XML compatible: ...")
     assert classify_evaluation_call_error(unreadable, agent_typed_control_characters=True) is Fault.AGENT
     assert classify_evaluation_call_error(unreadable) is Fault.ENVIRONMENT
+    denied = WAAHTTPError("/file", 500, "[Errno 13] Permission denied: 'C:\\\\x'")
+    assert is_folder_read(denied, "C:\\x", lambda path: True)
+    assert not is_folder_read(denied, "C:\\x", lambda path: False)  # a locked file: infrastructure
+    assert is_folder_read(WAAHTTPError("/file", 500, "[Errno 21] Is a directory: '/x'"), "/x", lambda path: True)
+    assert not is_folder_read(WAAHTTPError("/file", 500, "timed out"), "C:\\x", lambda path: True)
+    assert not is_folder_read(WAAHTTPError("/file", 400, "[Errno 13] Permission denied"), "C:\\x", lambda path: True)
+    assert not is_folder_read(WAAHTTPError("/execute", 500, "[Errno 13] Permission denied"), "C:\\x", lambda path: True)
+    assert not is_folder_read(WAAConnectionError("/file", "reset"), "C:\\x", lambda path: True)
 
 
 # --- R10: what is safe to repeat is retried ------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any
 import requests
 
 from adapters.transfer_errors import ANSWER_CUT_SHORT
-from adapters.waa.errors import WAAConnectionError, WAAError, WAAHTTPError
+from adapters.waa.errors import WAAAnswerTooLarge, WAAConnectionError, WAAError, WAAHTTPError
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,22 @@ class WinAgentObservation:
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
 
+def _read_bounded(response: requests.Response, route: str, limit: int) -> None:
+    """Read a streamed answer's body, refusing one over `limit` bytes without reading past it
+    (by its Content-Length, or as it arrives); then `response.content` holds it as usual."""
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > limit:
+        response.close()
+        raise WAAAnswerTooLarge(route, int(declared), limit)
+    body = bytearray()
+    for chunk in response.iter_content(chunk_size=1 << 16):
+        body += chunk
+        if len(body) > limit:
+            response.close()
+            raise WAAAnswerTooLarge(route, None, limit)
+    response._content = bytes(body)  # where requests keeps a body it has read (Response.content)
+
+
 class WAAClient:
     """A client for one WAA server at `base_url` (for example http://127.0.0.1:5000)."""
 
@@ -97,13 +113,15 @@ class WAAClient:
         timeout: float | None = None,
         idempotent: bool = False,
         ok_statuses: tuple[int, ...] = (200,),
+        max_body: int | None = None,
         **kwargs: Any,
     ) -> requests.Response:
         """Send one request; retry connection errors and 5xx only when `idempotent`.
 
         `timeout` (default: the route kind's timeout) is one deadline for the whole call, retries
         and back-off included: each try waits only for what is left of it, so a hanging route
-        costs its timeout once, not once per try.
+        costs its timeout once, not once per try. `max_body` bounds a success answer's body
+        (`WAAAnswerTooLarge` past it); a body cut short is retried like any dropped answer.
         """
         budget = timeout if timeout is not None else self.timeouts.default
         deadline = time.monotonic() + budget
@@ -123,8 +141,11 @@ class WAAClient:
                     method,
                     self.base_url + route,
                     timeout=(min(self.timeouts.connect, remaining), remaining),
+                    stream=max_body is not None,
                     **kwargs,
                 )
+                if max_body is not None and response.status_code in ok_statuses:
+                    _read_bounded(response, route, max_body)
             except requests.Timeout as exc:
                 last_error = WAAConnectionError(route, f"no answer within {budget:g} s ({type(exc).__name__})")
                 continue
@@ -255,10 +276,12 @@ class WAAClient:
 
     # -- files -----------------------------------------------------------------------------
 
-    def get_file(self, path: str) -> bytes | None:
-        """The bytes of a VM file (POST /file), or None when it does not exist (404)."""
+    def get_file(self, path: str, *, max_bytes: int | None = None) -> bytes | None:
+        """The bytes of a VM file (POST /file), or None when it does not exist (404). With
+        `max_bytes`, a larger file raises `WAAAnswerTooLarge` after at most `max_bytes` of it
+        were read (an agent can make a VM file as large as the VM's disk)."""
         response = self._request(
-            "POST", "/file", data={"file_path": path}, idempotent=True, ok_statuses=(200, 404)
+            "POST", "/file", data={"file_path": path}, idempotent=True, ok_statuses=(200, 404), max_body=max_bytes
         )
         return response.content if response.status_code == 200 else None
 

@@ -27,3 +27,15 @@ class WAAHTTPError(WAAError):
     def __init__(self, endpoint: str, status: int, message: str) -> None:
         super().__init__(endpoint, f"HTTP {status}: {message}")
         self.status = status
+
+
+class WAAAnswerTooLarge(WAAError):
+    """The server's answer is larger than the caller allowed (`max_bytes`): an agent can make a VM
+    file as large as the VM's disk. The caller's limit, not a server failure; `size` is the
+    declared size when the answer said it (Content-Length), else None."""
+
+    def __init__(self, endpoint: str, size: int | None, limit: int) -> None:
+        said = f"answer of {size:,} bytes" if size is not None else "answer"
+        super().__init__(endpoint, f"{said} is over the caller's limit of {limit:,} bytes; not read")
+        self.size = size
+        self.limit = limit

@@ -18,7 +18,13 @@ writes files on this host, so it is closed by default:
 - a task whose fields name host files outside their folder is refused with 400 naming the field
   (adapters/waa/task_paths.py), and every file it writes stays in a temporary folder per request;
 - what getters fetch on this host follows the fetch policy (adapters/waa/host_fetch.py: public
-  addresses only, plus ARENA_FETCH_ALLOW), never this host's own services.
+  addresses only, plus ARENA_FETCH_ALLOW), never this host's own services;
+- the token has at least MIN_TOKEN_CHARS characters; a request body of MAX_REQUEST_BYTES or more
+  is refused with 413; a connection that sends nothing for `--read-timeout` seconds is closed, so
+  idle connections do not each hold a thread; a postconfig `sleep` step waits at most
+  adapters/waa/setup_steps.py's MAX_SLEEP_SECONDS; what the VM's files may unpack to is bounded
+  by adapters/waa/evaluator/archive_limits.py;
+- answers name files by their names inside the request's folder, never by a path on this host.
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from flask import Flask, jsonify, request
-from werkzeug.serving import make_server
+from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.serving import WSGIRequestHandler, make_server
 
 from adapters.waa.client import WAAClient
 from adapters.waa.evaluator import EvaluationOutcome, evaluate_task
@@ -44,11 +51,19 @@ from adapters.waa.setup_steps import SetupRunner
 from adapters.waa.task_paths import host_path_problems
 
 TOKEN_ENV = "ARENA_EVALUATE_TOKEN"
+# As shard_signing's secret: a token short enough to guess is no lock on an endpoint that acts.
+MIN_TOKEN_CHARS = 16
+# A request is a task file and the agent's last action: WAA's largest task file is under 10 KB.
+MAX_REQUEST_BYTES = 1 << 20
+# Seconds a connection may send nothing (before or within a request) before it is closed.
+DEFAULT_READ_TIMEOUT = 30.0
 
 
-def outcome_payload(outcome: EvaluationOutcome) -> dict[str, Any]:
-    """The endpoint's answer for an outcome; `actual`/`expected` list every metric's inputs."""
-    return {
+def outcome_payload(outcome: EvaluationOutcome, host_folders: list[Path] | None = None) -> dict[str, Any]:
+    """The endpoint's answer for an outcome; `actual`/`expected` list every metric's inputs.
+    Paths inside `host_folders` (the request's folder first, then the cache root) are given by
+    their names inside it: an answer never shows where this host keeps its files."""
+    payload = {
         "success": outcome.kind == "scored" and outcome.score >= 1.0,
         "score": outcome.score,
         "kind": outcome.kind,
@@ -57,6 +72,29 @@ def outcome_payload(outcome: EvaluationOutcome) -> dict[str, Any]:
         "expected": [d.get("expected_summary") for d in outcome.details],
         "details": outcome.details,
     }
+    return without_host_paths(payload, host_folders or [])
+
+
+def without_host_paths(value: Any, folders: list[Path]) -> Any:
+    """`value` (strings, lists and dicts of them) with every path inside `folders` written
+    relative to the first folder that holds it ("a.docx", "downloads/<key>/b.xlsx")."""
+    prefixes: list[str] = []
+    for folder in folders:
+        for form in dict.fromkeys((str(folder), str(Path(folder).resolve()))):
+            prefixes.append(form.rstrip(os.sep))
+    if isinstance(value, str):
+        for prefix in prefixes:
+            value = value.replace(prefix + os.sep, "").replace(prefix, ".")
+        return value
+    if isinstance(value, dict):
+        return {key: without_host_paths(item, folders) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [without_host_paths(item, folders) for item in value]
+    return value
+
+
+def _error(message: str, status: int) -> Any:
+    return jsonify({"status": "error", "message": message}), status
 
 
 def create_app(
@@ -64,6 +102,11 @@ def create_app(
 ) -> Flask:
     """The Flask app; `token`, when set, is required as a Bearer token on every request."""
     app = Flask("waa-arena-evaluate")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES  # Flask answers 413 past it, unread
+
+    @app.errorhandler(RequestEntityTooLarge)
+    def _too_large(error: RequestEntityTooLarge) -> Any:
+        return _error(f"request body of {MAX_REQUEST_BYTES:,} bytes or more (MAX_REQUEST_BYTES); refused", 413)
 
     @app.before_request
     def _authorize() -> Any:
@@ -71,7 +114,7 @@ def create_app(
             return None
         given = request.headers.get("Authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            return jsonify({"status": "error", "message": "missing or wrong bearer token"}), 401
+            return _error("missing or wrong bearer token", 401)
         return None
 
     @app.get("/health")
@@ -80,19 +123,25 @@ def create_app(
 
     @app.post("/evaluate")
     def evaluate() -> Any:
-        body = request.get_json(silent=True)
+        # A chunked body (no Content-Length) is cut at the cap without an error: refuse it too.
+        if len(request.get_data(cache=True)) >= MAX_REQUEST_BYTES:
+            raise RequestEntityTooLarge()
+        try:
+            body = request.get_json(silent=True)
+            escapes = host_path_problems(body["task"]) if isinstance(body, dict) and isinstance(body.get("task"), dict) else []
+        except RecursionError:  # '[[[[...' a thousand deep: Python's parsers give up, not the server
+            return _error("body nests too deeply to read; refused", 400)
         if not isinstance(body, dict) or not isinstance(body.get("task"), dict):
-            return jsonify({"status": "error", "message": "body must be a JSON object with a 'task' object"}), 400
+            return _error("body must be a JSON object with a 'task' object", 400)
         spec = body["task"].get("evaluator")
         if not isinstance(spec, dict):
-            return jsonify({"status": "error", "message": "task has no 'evaluator' object"}), 400
+            return _error("task has no 'evaluator' object", 400)
         last_action = body.get("last_action")
         if last_action is not None and not isinstance(last_action, str):
-            return jsonify({"status": "error", "message": "'last_action' must be a string or null"}), 400
-        escapes = host_path_problems(body["task"])
+            return _error("'last_action' must be a string or null", 400)
         if escapes:
             field, problem = escapes[0]
-            return jsonify({"status": "error", "message": f"task.{field}: {problem}; refused"}), 400
+            return _error(without_host_paths(f"task.{field}: {problem}; refused", [cache_root]), 400)
         client = WAAClient(waa_url)
         try:
             with tempfile.TemporaryDirectory(dir=cache_root) as cache:
@@ -107,9 +156,10 @@ def create_app(
                     download_dir=cache_root / "downloads",
                     devtools_url=devtools_url,
                 )
+                answer = outcome_payload(outcome, [Path(cache), cache_root])
         finally:
             client.close()
-        return jsonify(outcome_payload(outcome))
+        return jsonify(answer)
 
     return app
 
@@ -126,6 +176,8 @@ def is_loopback(host: str) -> bool:
 
 def listen_problem(host: str, token: str | None, insecure_no_token: bool) -> str | None:
     """Why the endpoint must not start with these settings, or None."""
+    if token and len(token) < MIN_TOKEN_CHARS:
+        return f"{TOKEN_ENV} is {len(token)} characters long; use at least {MIN_TOKEN_CHARS}"
     if token:
         return None
     if not insecure_no_token:
@@ -151,7 +203,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--devtools-url", help="the browser DevTools endpoint, e.g. http://127.0.0.1:9222")
     parser.add_argument("--offline", action="store_true", help="cloud_file may only use the download cache")
     parser.add_argument("--cache-dir", type=Path, help="where downloads are cached (default: a temp dir)")
+    parser.add_argument("--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT, metavar="SECONDS",
+                        help=f"close a connection that sends nothing for this long (default {DEFAULT_READ_TIMEOUT:g})")
     return parser
+
+
+def request_handler(read_timeout: float) -> type[WSGIRequestHandler]:
+    """werkzeug's request handler with a timeout on every read of the connection: one that sends
+    nothing for `read_timeout` seconds (idle before its request, between keep-alive requests, or
+    mid-body) is closed, and its thread ends."""
+
+    class TimedRequestHandler(WSGIRequestHandler):
+        timeout = read_timeout  # socketserver sets it on each accepted connection
+
+    return TimedRequestHandler
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,8 +225,11 @@ def main(argv: list[str] | None = None) -> int:
 
     token = os.environ.get(TOKEN_ENV) or None
     problem = listen_problem(args.host, token, args.insecure_no_token)
-    if problem is not None:
-        parser.error(problem)
+    if problem is not None:  # one line: the settings are wrong, not the command line's syntax
+        print(f"{parser.prog}: {problem}", file=sys.stderr)
+        return 2
+    if not args.read_timeout > 0:
+        parser.error(f"--read-timeout must be a positive number of seconds, got {args.read_timeout:g}")
     try:
         FetchPolicy.from_env()
     except ValueError as exc:
@@ -177,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         devtools_url=args.devtools_url,
         token=token,
     )
-    server = make_server(args.host, args.port, app, threaded=True)
+    server = make_server(args.host, args.port, app, threaded=True, request_handler=request_handler(args.read_timeout))
     port = server.server_port
 
     def stop(signum: int, frame: Any) -> None:  # shutdown() waits for serve_forever: not on its thread

@@ -41,6 +41,13 @@ UNTIL_MAX_FAILURES = 5
 UNTIL_MAX_ATTEMPTS = 100
 
 
+# The longest a `sleep` step may wait, and all of one list of steps together: WAA's task files
+# sleep 0.5, 1, 2 or (twice) 3 s a step. A longer wait is a task's mistake or an attempt to hold
+# the VM (and, through /evaluate, a server thread): refused before any step runs, as the task's
+# own setup failure (check_sleeps), rather than a task that hangs until its stage's deadline.
+MAX_SLEEP_SECONDS = 60.0
+MAX_TOTAL_SLEEP_SECONDS = 300.0
+
 # 23 real WAA tasks launch `socat`, a Linux port forwarder that does not exist on Windows.
 NO_OP_PROGRAMS = ("socat",)
 # Launches that stop programs (8 real tasks: `Stop-Process -Name vlc`) start nothing to verify.
@@ -97,6 +104,38 @@ class SetupStepError(RuntimeError):
         self.step_type = step_type
 
 
+def _sleep_problem(seconds: float) -> str | None:
+    """What is wrong with a sleep step of `seconds`, or None."""
+    if seconds < 0:
+        return f"seconds must not be negative: {seconds:g}"
+    if not seconds <= MAX_SLEEP_SECONDS:  # NaN and infinity included
+        return f"seconds must be at most {MAX_SLEEP_SECONDS:g} (MAX_SLEEP_SECONDS), got {seconds:g}"
+    return None
+
+
+def check_sleeps(steps: list[Any]) -> None:
+    """Refuse, before any step runs, a sleep step over MAX_SLEEP_SECONDS or sleep steps that wait
+    more than MAX_TOTAL_SLEEP_SECONDS together; a sleep step whose seconds are no number is left
+    to say so when it runs."""
+    total = 0.0
+    for index, step in enumerate(steps):
+        if not isinstance(step, dict) or step.get("type") != "sleep" or not isinstance(step.get("parameters"), dict):
+            continue
+        try:
+            seconds = float(step["parameters"].get("seconds"))
+        except (TypeError, ValueError):
+            continue
+        problem = _sleep_problem(seconds)
+        if problem is not None:
+            raise SetupStepError(index, "sleep", problem)
+        total += seconds
+        if total > MAX_TOTAL_SLEEP_SECONDS:
+            raise SetupStepError(
+                index, "sleep", f"the sleep steps up to this one wait {total:g} s in all, over the "
+                f"{MAX_TOTAL_SLEEP_SECONDS:g} s one list of steps may wait (MAX_TOTAL_SLEEP_SECONDS)"
+            )
+
+
 class SetupRunner:
     """Applies setup steps to one VM through its WAA client."""
 
@@ -136,6 +175,7 @@ class SetupRunner:
 
     def run(self, steps: list[dict[str, Any]]) -> None:
         """Run steps in order; the first failure raises SetupStepError (connection errors pass)."""
+        check_sleeps(steps)
         for index, step in enumerate(steps):
             if not isinstance(step, dict) or not isinstance(step.get("type"), str):
                 raise SetupStepError(index, "?", f"step is not {{'type': ..., 'parameters': ...}}: {step!r:.200}")
@@ -239,8 +279,9 @@ class SetupRunner:
     @step("sleep")
     def _sleep_step(self, seconds: float) -> None:
         seconds = float(seconds)
-        if seconds < 0:
-            raise ValueError(f"seconds must not be negative: {seconds:g}")
+        problem = _sleep_problem(seconds)
+        if problem is not None:
+            raise ValueError(problem)
         if self.fixed_waits:
             self._sleep(seconds)
 

@@ -236,3 +236,112 @@ def test_postconfig_downloads_follow_the_fetch_policy(
                                            "expected": {"type": "rule", "rules": {"expected": 1}}}).json()
     assert body["kind"] == "evaluation_error" and "not a public address" in body["reason"]
     assert len(seen) == before
+
+
+# -- limits: body, idle connections, sleeps, token, bombs, host paths in answers ------------------------
+
+
+def test_endpoint_refuses_a_token_shorter_than_16_characters() -> None:
+    env = {**os.environ, "ARENA_EVALUATE_TOKEN": "s3cret-but-15ch"}
+    short = _start(["--waa-url", "http://127.0.0.1:9", "--port", "0"], env)
+    assert short.returncode == 2 and len(short.stderr.strip().splitlines()) == 1
+    assert "ARENA_EVALUATE_TOKEN is 15 characters long; use at least 16" in short.stderr
+    assert "s3cret" not in short.stderr  # the token itself is never echoed
+
+
+def test_a_request_body_over_the_cap_is_answered_413(default_endpoint: tuple[str, Path]) -> None:
+    endpoint, _ = default_endpoint
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    padded = b'{"task": {"evaluator": {}}, "pad": "' + b"x" * (1 << 20) + b'"}'
+    sized = requests.post(endpoint + "/evaluate", data=padded, headers=headers, timeout=30)
+    assert sized.status_code == 413 and sized.json() == {
+        "status": "error", "message": "request body of 1,048,576 bytes or more (MAX_REQUEST_BYTES); refused"}
+    # Without a Content-Length (chunked), the server stops reading at the cap too.
+    chunked = requests.post(endpoint + "/evaluate", data=iter([padded[i:i + 65536] for i in range(0, len(padded), 65536)]),
+                            headers=headers, timeout=30)
+    assert chunked.status_code == 413 and chunked.json()["status"] == "error"
+    # A large body under the cap (a long last action) is read as usual.
+    task = {"evaluator": {"func": "exact_match", "result": ONE_RULE, "expected": {"type": "rule", "rules": {"expected": 1}}}}
+    under = requests.post(endpoint + "/evaluate", json={"task": task, "last_action": "x" * 900_000}, headers=headers, timeout=30)
+    assert under.status_code == 200 and under.json()["score"] == 1.0
+
+
+def test_a_body_nested_too_deeply_is_answered_400(default_endpoint: tuple[str, Path]) -> None:
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    nested = b'{"task": {"evaluator": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}"
+    answer = requests.post(default_endpoint[0] + "/evaluate", data=nested, headers=headers, timeout=30)
+    assert answer.status_code == 400 and answer.json() == {"status": "error", "message": "body nests too deeply to read; refused"}
+
+
+@pytest.fixture(scope="module")
+def quick_timeout_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An endpoint that closes a connection idle for 1 s (--read-timeout 1)."""
+    port_file = tmp_path_factory.mktemp("ep-timeout") / "port"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "adapters.waa.evaluate_server", "--waa-url", "http://127.0.0.1:9", "--port", "0",
+         "--port-file", str(port_file), "--read-timeout", "1"],
+        env={**os.environ, "ARENA_EVALUATE_TOKEN": TOKEN}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while not port_file.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "evaluate endpoint did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port_file.read_text()}"
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_idle_connections_are_closed_and_the_endpoint_keeps_answering(quick_timeout_endpoint: str) -> None:
+    import socket
+
+    host, port = quick_timeout_endpoint.removeprefix("http://").split(":")
+    idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(40)]
+    idle[0].sendall(b"POST /evaluate HTTP/1.1\r\nHost: x\r\n")  # a request that stops half-way
+    health = requests.get(quick_timeout_endpoint + "/health", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+    assert health.json()["status"] == "ok"
+    for sock in idle:  # the server closes each one: recv sees the end of the stream, not our 10 s timeout
+        with sock:
+            assert sock.recv(65536) == b""
+
+
+def test_a_postconfig_sleep_is_capped(default_endpoint: tuple[str, Path]) -> None:
+    for steps, limit in (([{"type": "sleep", "parameters": {"seconds": 1e9}}], "MAX_SLEEP_SECONDS"),
+                         ([{"type": "sleep", "parameters": {"seconds": 60}}] * 6, "MAX_TOTAL_SLEEP_SECONDS")):
+        body = _evaluate(default_endpoint[0], {"func": "exact_match", "postconfig": steps, "result": ONE_RULE,
+                                               "expected": {"type": "rule", "rules": {"expected": 1}}}).json()
+        assert body["kind"] == "evaluation_error" and limit in body["reason"], body
+
+
+ONE_RULE = {"type": "rule", "rules": 1}
+
+
+def test_a_decompression_bomb_on_the_vm_is_an_evaluation_error(sim: LocalEnvHandle, default_endpoint: tuple[str, Path]) -> None:
+    import io
+
+    py7zr = pytest.importorskip("py7zr")
+    bomb = io.BytesIO()
+    with py7zr.SevenZipFile(bomb, "w") as archive:
+        archive.writef(io.BytesIO(bytes(8 << 20)), "OldProjects/example.txt")
+    path = "C:\\Users\\Docker\\Desktop\\OldProjects.7z"
+    WAAClient(sim.base_url).setup_upload(path, bomb.getvalue())
+    body = _evaluate(default_endpoint[0], {"func": "exact_match",
+                                           "result": {"type": "zipped_folder_in_desktop", "filename": path, "password": "x"},
+                                           "expected": {"type": "rule", "rules": {"expected": "true"}}}).json()
+    assert body["kind"] == "evaluation_error" and "MAX_RATIO" in body["reason"] and path in body["reason"], body
+
+
+def test_answers_name_files_not_host_paths(sim: LocalEnvHandle, default_endpoint: tuple[str, Path]) -> None:
+    endpoint, cache = default_endpoint
+    path = "C:\\Users\\Docker\\Desktop\\answer.txt"
+    WAAClient(sim.base_url).setup_upload(path, b"forty-two\n")
+    answer = _evaluate(endpoint, {"func": "compare_text_file", "result": {"type": "vm_file", "path": path, "dest": "ours.txt"},
+                                  "expected": {"type": "vm_file", "path": path, "dest": "gold.txt"}})
+    body = answer.json()
+    assert body["kind"] == "scored" and body["score"] == 1.0, body
+    assert "'ours.txt'" in body["reason"] and body["actual"] == ["'ours.txt'"] and body["expected"] == ["'gold.txt'"]
+    # An error that names a file in the request's folder: still by its name only.
+    failing = _evaluate(endpoint, {"func": "compare_text_file", "result": {"type": "vm_file", "path": path, "dest": "ours.txt"},
+                                   "expected": {"type": "cache_file", "path": "never-written.txt"}})
+    assert failing.json()["kind"] == "evaluation_error" and "cache_file: never-written.txt does not exist" in failing.text
+    for text in (answer.text, failing.text):
+        assert str(cache) not in text and str(cache.resolve()) not in text and "/tmp/" not in text

@@ -24,19 +24,32 @@ With `scoring="strict"` (the default) such a getter ends the evaluation as an
 `infrastructure_error`: the attempt is retried and never scored. `scoring="waa-compat"` keeps
 WAA's handling of a server's error answer (the getter's value, mostly None, scored: mostly 0)
 for people who must reproduce WAA's numbers; a VM out of reach is infrastructure in both.
+
+Files the agent made are bounded (adapters/waa/evaluator/archive_limits.py): `/file` stops
+reading at MAX_FILE_BYTES, and every host file a metric is given is checked (its size; for an
+archive, what its directory says it unpacks to) before the metric opens it.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
+import ntpath
 import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
 from adapters.benchmark import OutcomeKind
-from adapters.outcomes import Fault, Scoring, classify_evaluation_call_error, evaluation_error_outcome
-from adapters.waa.errors import WAAConnectionError, WAAError
+from adapters.outcomes import (
+    Fault,
+    Scoring,
+    classify_evaluation_call_error,
+    evaluation_error_outcome,
+    is_folder_read,
+)
+from adapters.waa.errors import WAAAnswerTooLarge, WAAConnectionError, WAAError, WAAHTTPError
+from adapters.waa.evaluator.archive_limits import MAX_FILE_BYTES, LimitExceeded, check_file, check_size, file_too_large
 from adapters.waa.evaluator.getters import GETTERS, GetterContext
 from adapters.host_paths import is_inside
 from adapters.waa.host_fetch import FetchPolicy
@@ -93,6 +106,12 @@ KNOWN_DEVIATIONS: list[str] = [
     "state would not be what WAA scores); an exception from the callback other than a connection "
     "error is an evaluation_error.",
     "Text files are read as UTF-8 (WAA: the platform's default encoding, UTF-8 in its container).",
+    "A getter whose /file read fails because the task names a folder (the server's 500 '[Errno 13] "
+    "Permission denied' or '[Errno 21] Is a directory' for a path the VM says is a folder) is an "
+    "evaluation_error naming the path (WAA's getter gets None and scores 0; scoring 'waa-compat' does that).",
+    "A file over archive_limits' limits (100 MiB; an archive whose directory says it unpacks past 100 MiB, "
+    "a member past 32 MiB, more than 10,000 members or more than 100:1) is an evaluation_error naming the "
+    "limit and the file, before it is read or unpacked; WAA reads and unpacks it whatever its size.",
 ]
 
 
@@ -129,29 +148,82 @@ _SUMMARY_CHARS = 200
 class _WatchedVM:
     """The VM connection as getters see it: every call goes through, and each one the server
     failed (R9: `classify_evaluation_call_error`) is remembered with its fault, even when the
-    getter catches the error as WAA's getters do."""
+    getter catches the error as WAA's getters do. So is a file over the size limit
+    (archive_limits.MAX_FILE_BYTES), which `/file` stops reading at that limit."""
 
     def __init__(self, vm: VMConnection, scoring: Scoring, agent_typed_control_characters: bool) -> None:
         self._vm = vm
         self.scoring = scoring
         self._agent_typed_control_characters = agent_typed_control_characters
         self.failures: list[tuple[Fault, WAAError]] = []
+        self.over_limit: list[LimitExceeded] = []
+        # WAAClient stops reading /file at the limit; a connection that cannot (an in-memory
+        # test VM) has its answer checked once it is here.
+        self._bounded_reads = "max_bytes" in _parameters(getattr(vm, "get_file", None))
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self._vm, name)
         if not callable(target):
             return target
+        return lambda *args, **kwargs: self._watched(target, *args, **kwargs)
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return target(*args, **kwargs)
-            except WAAError as exc:
-                fault = classify_evaluation_call_error(exc, self._agent_typed_control_characters)
-                if fault is not None and fault is not Fault.AGENT:
-                    self.failures.append((fault, exc))
+    def _watched(self, target: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return target(*args, **kwargs)
+        except WAAError as exc:
+            self._note(exc)
+            raise
+
+    def _note(self, error: WAAError) -> None:
+        fault = classify_evaluation_call_error(error, self._agent_typed_control_characters)
+        if fault is not None and fault is not Fault.AGENT:
+            self.failures.append((fault, error))
+
+    def get_file(self, path: str) -> bytes | None:
+        """POST /file, bounded by MAX_FILE_BYTES; a read of a folder is the task's fault (R9)."""
+        try:
+            if self._bounded_reads:
+                content = self._vm.get_file(path, max_bytes=MAX_FILE_BYTES)  # type: ignore[call-arg]
+            else:
+                content = self._vm.get_file(path)
+            if content is not None:
+                check_size(path, len(content))
+        except WAAAnswerTooLarge as exc:
+            self.over_limit.append(file_too_large(path, exc.size))
+            raise self.over_limit[-1] from None
+        except LimitExceeded as exc:
+            self.over_limit.append(exc)
+            raise
+        except WAAHTTPError as exc:
+            if not is_folder_read(exc, path, self._is_folder):
+                self._note(exc)
                 raise
+            said = exc.message.removeprefix(f"HTTP {exc.status}: ")
+            self.failures.append((Fault.TASK_DATA, WAAHTTPError(
+                "/file", exc.status, f"{path} is a folder on the VM, not a file: the task names a folder where its "
+                f"getter reads a file ({said})")))
+            raise
+        except WAAError as exc:
+            self._note(exc)
+            raise
+        return content
 
-        return call
+    def _is_folder(self, path: str) -> bool:
+        """Whether the VM says `path` is a folder (/folder_exists on its parent); False when it
+        cannot say."""
+        folder, name = ntpath.split(path)
+        exists = getattr(self._vm, "folder_exists", None)
+        try:
+            return bool(exists(folder, name)) if callable(exists) else False
+        except WAAError:
+            return False
+
+
+def _parameters(fn: Any) -> set[str]:
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return set()
 
 
 def _summary(value: Any) -> str:
@@ -269,7 +341,7 @@ def _get(ctx: GetterContext, entry: dict[str, Any], where: str) -> Any:
     """Run one getter. A call the server failed during it ends the evaluation (R9) unless
     scoring is "waa-compat"; then it is noted and WAA's handling stands."""
     watched = ctx.vm if isinstance(ctx.vm, _WatchedVM) else None
-    mark = len(watched.failures) if watched is not None else 0
+    mark = (len(watched.failures), len(watched.over_limit)) if watched is not None else (0, 0)
     try:
         value = GETTERS[entry["type"]](ctx, entry)
     except Exception:
@@ -279,11 +351,17 @@ def _get(ctx: GetterContext, entry: dict[str, Any], where: str) -> Any:
     return value
 
 
-def _stop_on_server_failure(ctx: GetterContext, watched: _WatchedVM | None, mark: int, where: str) -> None:
-    """R9: an infrastructure_error (an evaluation_error for a file or program the VM lacks) when
-    the server failed a call of this getter; under "waa-compat" only a VM out of reach is."""
-    failures = watched.failures[mark:] if watched is not None else []
-    if not failures or watched is None:
+def _stop_on_server_failure(ctx: GetterContext, watched: _WatchedVM | None, mark: tuple[int, int], where: str) -> None:
+    """R9: an infrastructure_error (an evaluation_error for a file or program the VM lacks, or a
+    folder read as a file) when the server failed a call of this getter; under "waa-compat" only
+    a VM out of reach is. A file over the size limit ends it as an evaluation_error in both,
+    even when the getter swallowed the error."""
+    if watched is None:
+        return
+    if watched.over_limit[mark[1]:]:
+        raise _Stop("evaluation_error", f"{where}: {watched.over_limit[mark[1]]}")
+    failures = watched.failures[mark[0]:]
+    if not failures:
         return
     unreachable = [(f, e) for f, e in failures if isinstance(e, WAAConnectionError)]
     fault, error = (unreachable or failures)[0]
@@ -305,17 +383,24 @@ def _stop_on_server_failure(ctx: GetterContext, watched: _WatchedVM | None, mark
 def _check_host_files(name: str, arguments: tuple[Any, ...], folders: list[Path]) -> None:
     """A metric that reads host files may only be given files inside the evaluation's folders
     (what the file getters wrote); a path from anywhere else (a task's `rule` value) ends the
-    evaluation before any file is opened."""
+    evaluation before any file is opened. So does a file over archive_limits' limits (its size,
+    or, for an archive such as a docx or xlsx, what its directory says it unpacks to)."""
     for position, value in enumerate(arguments[: FILE_ARGUMENTS.get(name, 0)]):
         paths = value if isinstance(value, (list, tuple)) else [value]
+        role = "result" if position == 0 else "expected"
         for path in paths:
-            if isinstance(path, (str, Path)) and str(path) and not is_inside(path, folders):
-                role = "result" if position == 0 else "expected"
+            if not isinstance(path, (str, Path)) or not str(path):
+                continue
+            if not is_inside(path, folders):
                 raise _Stop(
                     "evaluation_error",
                     f"metric {name}: its {role} file {str(path)!r:.120} is not one the evaluation's getters "
                     "produced (outside the task's cache and download folders); refused",
                 )
+            try:
+                check_file(path)
+            except LimitExceeded as exc:
+                raise _Stop("evaluation_error", f"metric {name}: its {role} file {exc}") from exc
 
 
 def _call_metric(name: str, result: Any, expected: Any, options: Any, flavor: str) -> Any:

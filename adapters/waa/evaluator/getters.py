@@ -18,7 +18,6 @@ import posixpath
 import re
 import tempfile
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -26,9 +25,11 @@ from adapters.host_paths import PathEscapeError, inside
 from adapters.registry import Registry
 from adapters.transfer_errors import BROKEN_TRANSFER
 from adapters.waa.errors import WAAHTTPError
+from adapters.waa.evaluator.archive_limits import MAX_FILE_BYTES, check_file, file_too_large
 from adapters.waa.evaluator.errors import EvaluationConfigError, HostNetworkError, require
 from adapters.waa.downloads import cached_download_path
 from adapters.waa.host_fetch import FetchPolicy, FetchRefused
+from adapters.waa.task_paths import time_stamp, time_suffixed
 from adapters.waa.evaluator.vm import VMConnection
 
 
@@ -180,6 +181,8 @@ def _cached_download(ctx: GetterContext, url: str, dest: str) -> Path:
                     for chunk in response.iter_content(chunk_size=65536):
                         if chunk:
                             out.write(chunk)
+                        if out.tell() > MAX_FILE_BYTES:  # stop at the limit, not at the end of the file
+                            raise file_too_large(url, None)
                 os.replace(tmp_name, target)
             except BaseException:
                 if os.path.exists(tmp_name):
@@ -195,14 +198,6 @@ def _cached_download(ctx: GetterContext, url: str, dest: str) -> Path:
 # -- file getters (POST /file) ---------------------------------------------------------------------
 
 
-def _with_time_suffix(name: str, stamp: str) -> str:
-    """WAA's time_suffix: insert the stamp before the first '.', keep only the next '.'-part."""
-    if "." not in name:
-        return name
-    parts = name.split(".")
-    return f"{parts[0]}{stamp}.{parts[1]}"
-
-
 @getter("vm_file")
 def get_vm_file(ctx: GetterContext, config: dict[str, Any]) -> str | None | list[str | None]:
     """WAA `get_vm_file`: copy VM file(s) into the task cache dir, return the local path(s).
@@ -213,15 +208,17 @@ def get_vm_file(ctx: GetterContext, config: dict[str, Any]) -> str | None | list
     """
     paths, dests, gives = _files_and_gives(config)
     if not config.get("multi", False) and config.get("time_suffix"):
-        stamp = datetime.now().strftime(config.get("time_format", "%Y_%m_%d"))
-        paths = [_with_time_suffix(p, stamp) for p in paths]
-        dests = [_with_time_suffix(d, stamp) for d in dests]
+        stamp = time_stamp(config)  # the name task loading checked (adapters/waa/task_paths.py)
+        paths = [time_suffixed(p, stamp) for p in paths]
+        dests = [time_suffixed(d, stamp) for d in dests]
     ctx.cache_dir.mkdir(parents=True, exist_ok=True)
     given: list[str | None] = []
     for index, (vm_path, dest) in enumerate(zip(paths, dests)):
+        noted = len(ctx.notes)
         content = soft_call(ctx, f"reading {vm_path}", lambda p=vm_path: ctx.vm.get_file(p), None)
         if content is None:
-            ctx.notes.append(f"vm_file: {vm_path} does not exist on the VM")
+            if len(ctx.notes) == noted:  # a 404; a failed read has its own note
+                ctx.notes.append(f"vm_file: {vm_path} does not exist on the VM")
             if index in gives:
                 given.append(None)
             continue
@@ -249,6 +246,8 @@ def get_content_from_vm_file(ctx: GetterContext, config: dict[str, Any]) -> Any:
     if file_content != "last_row":
         return None
     pandas = require("pandas", what="content_from_vm_file (xlsx)", packages="pandas and openpyxl", extra="office")
+    if isinstance(local, str):  # None (no such file) fails in read_excel, as in WAA
+        check_file(local, vm_path)
     frame = pandas.read_excel(local)
     return frame.iloc[-1].astype(str).tolist()
 

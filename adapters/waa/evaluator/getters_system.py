@@ -33,6 +33,7 @@ import tempfile
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from adapters.waa.errors import WAAHTTPError
+from adapters.waa.evaluator.archive_limits import check_seven_zip
 from adapters.waa.evaluator.errors import EvaluationConfigError, require
 from adapters.waa.evaluator.getters import (
     GetterContext,
@@ -382,7 +383,9 @@ def get_zipped_folder_in_desktop(ctx: GetterContext, config: dict[str, Any]) -> 
 
     A missing file, a file that is no 7z archive, or a wrong password raise (py7zr's errors), as in
     WAA. WAA reads every member with `readall()`, which py7zr 1.x no longer has; there we extract
-    to a temporary directory instead, which decrypts and checks the same data.
+    to a temporary directory instead, which decrypts and checks the same data. An archive over
+    archive_limits' limits (what its header says it unpacks to) is an evaluation error, before
+    anything is unpacked.
     """
     py7zr = require("py7zr", what="zipped_folder_in_desktop", packages="py7zr", extra="office")
     vm_path = config["filename"]
@@ -391,6 +394,7 @@ def get_zipped_folder_in_desktop(ctx: GetterContext, config: dict[str, Any]) -> 
         ctx.notes.append(f"zipped_folder_in_desktop: {vm_path} does not exist on the VM")
         content = b""  # WAA wraps None in BytesIO, i.e. an empty stream, which py7zr rejects
     with py7zr.SevenZipFile(io.BytesIO(content), mode="r", password=config["password"]) as archive:
+        check_seven_zip(vm_path, archive, len(content))  # before anything is unpacked
         if not archive.needs_password():
             return "false"
         names = _seven_zip_member_names(archive)

@@ -20,7 +20,10 @@ class VMConnection(Protocol):
     """The WAA server routes the evaluator's getters read state through."""
 
     def get_file(self, path: str) -> bytes | None:
-        """POST /file: the file's bytes, or None when the server answers 404 (no such file)."""
+        """POST /file: the file's bytes, or None when the server answers 404 (no such file).
+        A connection that also takes `max_bytes` (WAAClient does) stops reading a larger file
+        there and raises `WAAAnswerTooLarge`; the evaluator then passes its limit
+        (archive_limits.MAX_FILE_BYTES), and checks the bytes of one that does not."""
         ...
 
     def list_directory(self, path: str) -> dict[str, Any] | None:
