@@ -42,13 +42,13 @@ from adapters.waa.downloads import cached_download_path
 from adapters.waa.suite_settings import SUITE_FILE, read_suite_settings
 from adapters.waa.host_fetch import FetchPolicy, FetchRefused
 from adapters.waa.task_paths import host_path_problems
-from adapters.waa.setup_steps import launched_program
+from adapters.waa.setup_steps import SetupStepError, check_sleeps, launched_program
 
 INDEX = "test_all.json"
 RULES = (
     "unreadable-task", "duplicate-id", "id-mismatch", "non-windows-path", "upload-into-missing-folder", "missing-program",
     "unknown-setup-type", "unknown-getter", "unknown-metric", "unfetchable-file", "infeasible-fail-only",
-    "path-outside-folder",
+    "path-outside-folder", "sleep-too-long",
 )
 # Programs a Windows VM lacks that real WAA tasks launch or might (Linux tools).
 LINUX_PROGRAMS = frozenset({
@@ -279,6 +279,13 @@ def _task_findings(rel: str, task_id: str, raw: dict[str, Any],
                             "folders, so this step fails", f'add {{"type": "create_folder", "parameters": '
                             f'{{"path": {json.dumps(missing)}}}}} before it', task_id))
     evaluator = raw.get("evaluator") or {}
+    for where, steps in (("config", raw.get("config")), ("evaluator.postconfig", evaluator.get("postconfig"))):
+        try:  # as a run checks them before its first step: known without a VM
+            check_sleeps(steps if isinstance(steps, list) else [])
+        except SetupStepError as exc:
+            found.append(Finding(rel, f"{where}[{exc.index}].parameters.seconds", "sleep-too-long", str(exc),
+                                 "wait for what the step needs (a window, a file), not for a fixed long time",
+                                 task_id))
     for where, spec in _evaluator_specs(evaluator):
         if spec.get("type") == "cloud_file":
             paths, dests = spec.get("path"), spec.get("dest")

@@ -176,3 +176,19 @@ def test_cli_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "[infeasible-fail-only]" in capsys.readouterr().out
     assert main(["tasks", "lint", str(tmp_path / "nope")]) == 2
     assert main(["tasks", "lint", str(suite), "--offline"]) == 2
+
+
+def test_a_sleep_a_run_would_refuse_is_found_without_a_vm(tmp_path: Path) -> None:
+    """A sleep step over the run's cap (adapters/waa/setup_steps.py `check_sleeps`) is the task's
+    data: a run refuses it as a setup failure, so lint names it before any VM."""
+    from adapters.waa.lint import lint_suite
+
+    root = _suite(tmp_path, {
+        "long-nap": _task("long-nap", [{"type": "sleep", "parameters": {"seconds": 1e9}}]),
+        "many-naps": _task("many-naps", [], {**_task("x", [])["evaluator"], "postconfig": [
+            {"type": "sleep", "parameters": {"seconds": 59}} for _ in range(6)]}),
+        "short-nap": _task("short-nap", [{"type": "sleep", "parameters": {"seconds": 3}}]),
+    })
+    found = {(f.task_id, f.field) for f in lint_suite(root).problems if f.rule == "sleep-too-long"}
+    assert found == {("long-nap", "config[0].parameters.seconds"),
+                     ("many-naps", "evaluator.postconfig[5].parameters.seconds")}
