@@ -7,8 +7,10 @@ anything.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import tempfile
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -41,6 +43,25 @@ SAFE_RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 # Providers where "auto" hedging stays off: the simulation's VMs do not fail by themselves, and
 # existing servers are a fixed set the operator runs.
 NO_AUTO_HEDGING_PROVIDERS = frozenset({"local", "existing"})
+
+
+def writable_folder(folder: Path, option: str, named: Path | None = None) -> None:
+    """Make sure this process can create `folder` (when missing) and write files in it, by doing
+    so and undoing it (the run makes them itself once every check has passed); ValueError naming
+    `option` and the path (`named`, else the folder) when it cannot."""
+    folder = folder.expanduser().absolute()
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".arena-write-check-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{option} {(named or folder).expanduser()}: cannot write there ({exc.strerror or exc}); "
+                         "give a folder this user can write") from None
+    finally:
+        for made in missing:  # deepest first
+            with contextlib.suppress(OSError):
+                made.rmdir()
 
 
 class SuiteRunConfig(BaseModel):
@@ -293,6 +314,12 @@ class SuiteRunConfig(BaseModel):
             raise ValueError(f"--db {self.db_path} is a directory; give the path of a DuckDB file")
         if self.artifacts_dir.exists() and not self.artifacts_dir.is_dir():
             raise ValueError(f"--artifacts {self.artifacts_dir} is a file; give a directory for screenshots")
+        # Found only at the end before: a store file nobody can create failed the run after every
+        # task had run (exit 6, a resume that failed the same way); screenshots nobody can write
+        # were dropped while the run said where they were.
+        writable_folder(self.artifacts_dir, "--artifacts")
+        if self.store_url is None and not self.db_path.is_file():
+            writable_folder(self.db_path.parent, "--db", self.db_path)
         if self.store_url is not None or self.db_path.is_file():
             # Reached, logged in, undamaged and of a schema this code knows (created when new)
             # before any VM; a run id another live controller is running is refused here too.

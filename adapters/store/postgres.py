@@ -278,15 +278,15 @@ def read_only_query(url: str, sql: str, limits: QueryLimits | None = None,
     READ ONLY transaction that is rolled back, under statement, lock and idle timeouts (SET
     LOCAL), so a data-modifying CTE or EXPLAIN ANALYZE of an UPDATE is refused by the server
     itself and nothing runs on unbounded."""
-    import psycopg
-
     keyword = leading_keyword(sql)
     if keyword not in READ_STATEMENTS:
         raise ValueError(f"arena sql runs queries only ({', '.join(sorted(READ_STATEMENTS))}); "
                          f"{(keyword or 'an empty statement').upper()} is not one")
     used = check_query(sql, relations)
     limits = limits or QueryLimits.from_env()
-    conn = connect(url, label=connection_label("arena sql"))
+    conn = connect(url, label=connection_label("arena sql"))  # psycopg missing: one line naming the extra
+    import psycopg
+
     raw = conn._conn
     try:
         raw.execute("BEGIN TRANSACTION READ ONLY")

@@ -20,6 +20,7 @@ results by the index id. So by default a mismatching `id` field is tolerated and
 
 from __future__ import annotations
 
+import difflib
 import codecs
 import hashlib
 import json
@@ -275,13 +276,24 @@ class WAATaskCatalog:
     def _check_task_id(self, task_id: str) -> None:
         if task_id in self._domain_of:
             return
-        hint = ""
+        raise UnknownTaskError(f"{self._index_path}: no task {task_id!r} in the index{self._task_hint(task_id)}")
+
+    # A suite this small is listed whole in the refusal; a larger one gets the closest ids.
+    _LISTED_WHOLE = 30
+
+    def _task_hint(self, task_id: object) -> str:
+        """What to give instead of an unknown task id: its right spelling (WAA ids mix "-WOS" and
+        "-wos"), the closest ids, or every id of a small suite, and where to see them all."""
+        known = list(self._domain_of)
         if isinstance(task_id, str):
-            # WAA ids mix "-WOS" and "-wos"; point at the right spelling instead of guessing.
-            close = [t for t in self._domain_of if t.lower() == task_id.lower()]
-            if close:
-                hint = f" (did you mean {close[0]!r}?)"
-        raise UnknownTaskError(f"{self._index_path}: no task {task_id!r} in the index{hint}")
+            same = [t for t in known if t.lower() == task_id.lower()]
+            if same:
+                return f" (did you mean {same[0]!r}?)"
+        if len(known) <= self._LISTED_WHOLE:
+            return f"; its tasks: {', '.join(known)}"
+        close = difflib.get_close_matches(str(task_id), known, n=3, cutoff=0.6)
+        guess = f"did you mean {' or '.join(repr(t) for t in close)}? " if close else ""
+        return f" ({guess}`arena tasks list --ids --waa-dir {self._root}` lists its {len(known)} tasks)"
 
     @staticmethod
     def _read_bytes(path: Path, *, what: str) -> bytes:

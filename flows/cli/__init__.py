@@ -74,10 +74,11 @@ def _bad_input(exc: Exception, command: argparse.ArgumentParser) -> str | None:
         return option_errors(exc, options)
     if isinstance(exc, (ValueError, FileNotFoundError)):
         return str(exc)
+    from adapters.extras import ExtraMissing
     from adapters.results.export import ExportError
     from adapters.store.errors import StoreError
 
-    return str(exc) if isinstance(exc, (StoreError, ExportError)) else None
+    return str(exc) if isinstance(exc, (StoreError, ExportError, ExtraMissing)) else None
 
 
 def _interrupted() -> int:

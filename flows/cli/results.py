@@ -86,7 +86,7 @@ def _sql(args: argparse.Namespace) -> int:
         return 0
     names, rows = answer
     if args.csv:
-        writer = csv.writer(sys.stdout)
+        writer = csv.writer(sys.stdout, lineterminator="\n")  # the csv module's default is CRLF
         writer.writerow(names)
         writer.writerows(rows)
         return 0

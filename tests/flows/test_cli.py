@@ -79,6 +79,8 @@ def test_unknown_metric_or_getter_fails_to_load(tmp_path: Path) -> None:
         (["--suite", "/nonexistent"], "/nonexistent: task suite directory does not exist"),
         (["--task", "nope"], "no task 'nope' in the index"),
         (["--db", "."], "is a directory; give the path of a DuckDB file"),
+        (["--db", "/proc/no-such/arena.duckdb"], "--db /proc/no-such/arena.duckdb: cannot write there"),
+        (["--artifacts", "/proc/no-such"], "--artifacts /proc/no-such: cannot write there"),
         (["--reset-level", "disk"], "reset level 'disk' is not available with provider 'local' (available: reboot"),
     ],
 )
@@ -328,10 +330,36 @@ def test_sql_prints_rows_and_refuses_writes(tmp_path: Path, capsys: pytest.Captu
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["run_id", "status"] and out[2].split() == ["r1", "running"] and out[-1] == "(1 row)"
     assert main(["sql", "SELECT run_id FROM runs", "--db", str(db), "--csv"]) == 0
-    assert capsys.readouterr().out.splitlines() == ["run_id", "r1"]
+    assert capsys.readouterr().out == "run_id\nr1\n"  # Unix lines: the csv module's default was CRLF
     for query in ("DELETE FROM runs", "SELEC 1"):
         assert main(["sql", query, "--db", str(db)]) == 2
         err = capsys.readouterr().err
         assert err.startswith("arena: error: query failed: ") and err.count("\n") == 1
     with ResultStore(db, read_only=True) as store:
         assert store.get_run("r1") is not None
+
+
+@pytest.mark.parametrize("argv, blocked, says", [
+    (["plan", "--trials", "3"], "scipy", "need SciPy: pip install 'waa-arena[stats]'"),
+    (["sql", "SELECT 1", "--db", "postgresql://arena@127.0.0.1:9/arena"], "psycopg",
+     "install the team extra (pip install 'waa-arena[team]')"),
+    (["sql", "SELECT 1", "--db", "postgresql://arena@127.0.0.1:9/arena"], "pglast",
+     "install the team extra (pip install 'waa-arena[team]')"),
+    (["report", "latest", "--db", "postgresql://arena@127.0.0.1:9/arena"], "psycopg",
+     "install the team extra (pip install 'waa-arena[team]')"),
+], ids=["plan-without-stats", "sql-without-psycopg", "sql-without-pglast", "report-without-psycopg"])
+def test_a_missing_extra_is_one_line_naming_it(argv: list[str], blocked: str, says: str, tmp_path: Path) -> None:
+    """`arena plan --trials 3` (docs/statistics.md's example) without the `stats` extra, and a
+    postgresql:// store without the `team` extra, were raw tracebacks. The extra is made absent
+    in the child as an uninstalled package is: its import fails."""
+    import os
+    import subprocess
+    import sys
+
+    code = (f"import sys; sys.modules[{blocked!r}] = None; from flows.cli import main; "
+            f"sys.exit(main({argv!r}))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.startswith("arena: error: ") and done.stderr.count("\n") == 1, done.stderr[-3000:]
+    assert says in done.stderr

@@ -369,3 +369,18 @@ def test_one_broken_file_does_not_hide_the_others(suite_copy: Path) -> None:
     assert len(catalog.tasks(domains=["vlc", "chrome"])) == 38
     with pytest.raises(TaskCatalogError):
         catalog.tasks(domains=["notepad"])
+
+
+def test_an_unknown_task_id_is_told_what_the_suite_has(waa_tasks_dir: Path) -> None:
+    """A misspelt --task got only "no task ... in the index": a small suite now lists its ids, a
+    large one the closest ones and the command that lists them all."""
+    from adapters.waa.catalog import UnknownTaskError, WAATaskCatalog, bundled_suite_dir
+
+    with pytest.raises(UnknownTaskError, match="its tasks: .*notepad-append-line.*settings-notifications-off"):
+        WAATaskCatalog(bundled_suite_dir()).tasks(ids=["notepad-apend-line"])
+    catalog = WAATaskCatalog(waa_tasks_dir)
+    known = next(iter(catalog.tasks(domains=["vlc"]))).task_id
+    with pytest.raises(UnknownTaskError) as raised:
+        catalog.tasks(ids=[known[:-2] + "xx"])
+    assert f"did you mean {known!r}" in str(raised.value)
+    assert f"`arena tasks list --ids --waa-dir {waa_tasks_dir.resolve()}` lists its 154 tasks" in str(raised.value)

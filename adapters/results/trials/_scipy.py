@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from adapters.extras import ExtraMissing
+
 STATS_EXTRA_HINT = "repeated-trial statistics need SciPy: pip install 'waa-arena[stats]'"
 
 
-class StatsExtraMissing(RuntimeError):
+class StatsExtraMissing(ExtraMissing):
     """SciPy is not installed; the message names the extra that brings it."""
 
 
