@@ -287,16 +287,27 @@ _HOME_NOTES = {"in place": "", "deleted": " (deleted)", "another server's": " (n
                "no record": " (no record: starting or stopping)", "unknown": ""}
 
 
-def local_server_lines(servers: list[RunningServer], now: float | None = None, arena: str = "arena") -> list[str]:
-    """A heading that says how to stop them (with `arena`, the command as the user runs it), then
-    one line per running local server: port, age (at `now`, default the current time), home (and
-    whether it is still there), pids, and whether it will stop by itself."""
+def local_server_lines(servers: list[RunningServer], now: float | None = None, arena: str = "arena",
+                       home: Path | None = None) -> list[str]:
+    """A heading, then one line per running local server: port, age (at `now`, default the
+    current time), home (and whether it is still there), pids, whether it will stop by itself,
+    and the command that stops exactly it (with `arena`, the command as the user runs it).
+
+    With `home` (the current PREFECT_HOME), only that home's servers are listed, and the others of
+    this user are counted with the option that lists them: on a shared account another person's
+    run is not the reader's to stop."""
     now = time.time() if now is None else now
-    if not servers:
-        return [f"{LOCAL_SERVERS}: none running"]
-    lines = [f"{LOCAL_SERVERS} ({len(servers)}; stop them with: {arena} doctor --stop-local-servers [PORT ...]):"]
-    for server in servers:
-        home = f"home {server.home}{_HOME_NOTES[server.home_state]}" if server.home else "home unknown"
+    shown = servers if home is None else [s for s in servers if _same_home(s.home, home)]
+    others = len(servers) - len(shown)
+    more = (f"; {others} more of other Prefect homes of this user: {arena} doctor --all-local-servers"
+            if others else "")
+    if not shown:
+        where = "" if home is None else f" for {home}"
+        return [f"{LOCAL_SERVERS}{where}: none running{more}"]
+    where = "" if home is None else f" for {home}"
+    lines = [f"{LOCAL_SERVERS}{where} ({len(shown)}){more}:"]
+    for server in shown:
+        home_text = f"home {server.home}{_HOME_NOTES[server.home_state]}" if server.home else "home unknown"
         pids = "/".join(str(ref.pid) for ref in (server.supervisor, server.server) if ref)
         if server.supervisor is None:
             fate = "NO SUPERVISOR: it never stops by itself"
@@ -304,19 +315,24 @@ def local_server_lines(servers: list[RunningServer], now: float | None = None, a
             fate = "stops once idle"
         else:
             fate = "stops once no run uses it"
-        lines.append(f"  port {server.port or '?'}  up {_age(now - server.started)}  {home}  pid {pids}  {fate}")
+        stop = f"; stop it: {arena} doctor --stop-local-servers {server.port}" if server.port else ""
+        lines.append(f"  port {server.port or '?'}  up {_age(now - server.started)}  {home_text}  pid {pids}  {fate}{stop}")
     return lines
 
 
-def stop_local_servers(ports: list[int]) -> tuple[list[str], bool]:
-    """Stop the running local servers on `ports` (all of them when empty), whoever uses them.
-    Returns a line per server (or per port with no server) and whether every one was stopped."""
+def stop_local_servers(ports: list[int], home: Path | None = None) -> tuple[list[str], bool]:
+    """Stop the running local servers on `ports`, or, with no port, those of `home` (the current
+    PREFECT_HOME; every one of this user's when None). Returns a line per server stopped (or per
+    port with no server) naming its port and home, and whether every one was stopped."""
     servers = find_running_servers()
-    chosen = [s for s in servers if not ports or s.port in ports]
+    if ports:
+        chosen = [s for s in servers if s.port in ports]
+    else:
+        chosen = [s for s in servers if home is None or _same_home(s.home, home)]
     missing = sorted(set(ports) - {s.port for s in servers})
     lines = [f"no local Prefect server of arena run runs on port {port}" for port in missing]
-    if not ports and not servers:
-        lines.append(f"{LOCAL_SERVERS}: none running")
+    if not ports and not chosen:
+        lines.append(f"{LOCAL_SERVERS}{'' if home is None else f' for {home}'}: none running")
     ok = not missing
     for server in chosen:
         stopped = stop_running(server)
@@ -324,6 +340,15 @@ def stop_local_servers(ports: list[int]) -> tuple[list[str], bool]:
         lines.append(f"{'stopped' if stopped else 'could NOT stop'} the server on port {server.port or '?'} "
                      f"(home {server.home or 'unknown'})")
     return lines, ok
+
+
+def _same_home(found: Path | None, home: Path) -> bool:
+    if found is None:
+        return False
+    try:
+        return found.resolve() == home.expanduser().resolve()
+    except OSError:
+        return False
 
 
 def _age(seconds: float) -> str:

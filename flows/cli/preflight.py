@@ -76,8 +76,11 @@ def _doctor(args: argparse.Namespace) -> int:
     from flows.doctor import (check_cloud, check_model, check_prefect, check_store, check_store_role,
                               check_waa_server, find_running_servers, local_server_lines, stop_local_servers)
 
+    from prefect.settings import PREFECT_HOME
+
+    home = Path(PREFECT_HOME.value())
     if args.stop_local_servers is not None:
-        lines, stopped = stop_local_servers(args.stop_local_servers)
+        lines, stopped = stop_local_servers(args.stop_local_servers, home)
         print("\n".join(lines))
         return 0 if stopped else EXIT_FAILED
     options = AgentOptions(**{k: v for k, v in {
@@ -94,7 +97,8 @@ def _doctor(args: argparse.Namespace) -> int:
         print(check.line(), flush=True)
     failed = [c for c in checks if not c.ok]
     print(f"{len(checks) - len(failed)} of {len(checks)} checks passed")
-    print("\n".join(local_server_lines(find_running_servers(), arena=arena)))
+    print("\n".join(local_server_lines(find_running_servers(), arena=arena,
+                                        home=None if args.all_local_servers else home)))
     return EXIT_FAILED if failed else 0
 
 
@@ -139,8 +143,10 @@ def add_doctor(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argpa
     doctor.add_argument("--egress-url", default=DEFAULT_EGRESS_URL,
                         help=f"a service answering with this host's public IP (default {DEFAULT_EGRESS_URL})")
     doctor.add_argument("--stop-local-servers", nargs="*", type=int, metavar="PORT",
-                        help="stop the local Prefect servers arena run started (all, or those on these ports), "
-                        "then exit; runs using them lose their server")
+                        help="stop the local Prefect servers arena run started on these ports (without a port: "
+                        "the one of this PREFECT_HOME), then exit; runs using them lose their server")
+    doctor.add_argument("--all-local-servers", action="store_true",
+                        help="list the local servers of every Prefect home of this user, not only this one's")
     doctor.set_defaults(func=_doctor)
 
 

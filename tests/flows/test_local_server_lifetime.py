@@ -31,7 +31,7 @@ from processes import ended_within
 from flows.cli import main
 from flows.doctor import local_server_lines
 from flows.local_server import (LocalServerError, ProcessRef, RunningServer, ensure_server,
-                                find_running_servers, state_dir)
+                                find_running_servers, state_dir, stop_server)
 from tests.flows.test_concurrent_runs import ROOT, USER, _env
 
 LONG_IDLE = "30"
@@ -306,13 +306,49 @@ def test_listing_lines() -> None:
         RunningServer(None, None, None, ProcessRef(31, 3.0), now - 5, "unknown"),
     ]
     heading, *lines = local_server_lines(servers, now)
-    assert "(3; stop them with: arena doctor --stop-local-servers [PORT ...])" in heading
+    assert heading == "Local Prefect servers started by arena run (3):"
     assert lines == [
-        "  port 4300  up 1m15s  home /h/a  pid 11/12  stops once idle",
-        "  port 4301  up 2h03m  home /h/b (now another server's)  pid 21  stops once no run uses it",
+        "  port 4300  up 1m15s  home /h/a  pid 11/12  stops once idle; stop it: arena doctor --stop-local-servers 4300",
+        "  port 4301  up 2h03m  home /h/b (now another server's)  pid 21  stops once no run uses it; "
+        "stop it: arena doctor --stop-local-servers 4301",
         "  port ?  up 5s  home unknown  pid 31  NO SUPERVISOR: it never stops by itself",
     ]
     assert local_server_lines([], now) == ["Local Prefect servers started by arena run: none running"]
+    # On a shared account: the current home's server only, the others counted with how to list them.
+    heading, *lines = local_server_lines(servers, now, home=Path("/h/a"))
+    assert heading == ("Local Prefect servers started by arena run for /h/a (1); 2 more of other Prefect homes of "
+                       "this user: arena doctor --all-local-servers:")
+    assert [line.split()[1] for line in lines] == ["4300"]
+    assert local_server_lines(servers[1:], now, home=Path("/h/a")) == [
+        "Local Prefect servers started by arena run for /h/a: none running; 2 more of other Prefect homes of this "
+        "user: arena doctor --all-local-servers"]
+
+
+def test_doctor_lists_and_stops_only_this_homes_server_unless_told(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a shared host (one account, several people's Prefect homes), `arena doctor` listed every
+    local server, and its hint `--stop-local-servers` without a port stopped them all."""
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    servers = [ensure_server(mine), ensure_server(theirs)]
+    ports = [int(server.api_url.rsplit(":", 1)[1].split("/")[0]) for server in servers]
+    try:
+        monkeypatch.setenv("PREFECT_HOME", str(mine))
+        main(["doctor", "--db", str(tmp_path / "arena.duckdb")])
+        out = capsys.readouterr().out
+        assert f"port {ports[0]} " in out and f"port {ports[1]} " not in out, out
+        assert "more of other Prefect homes of this user: arena doctor --all-local-servers" in out
+        main(["doctor", "--db", str(tmp_path / "arena.duckdb"), "--all-local-servers"])
+        assert f"port {ports[1]} " in capsys.readouterr().out
+        assert main(["doctor", "--stop-local-servers"]) == 0
+        said = capsys.readouterr().out
+        assert f"stopped the server on port {ports[0]} (home {mine})" in said and str(theirs) not in said
+        alive = {s.port for s in find_running_servers()}
+        assert ports[1] in alive and ports[0] not in alive
+    finally:
+        for server in servers:
+            server.release()
+        stop_server(mine)
+        stop_server(theirs)
 
 
 @pytest.mark.parametrize("value", ["soon", "-1", "nan"])
