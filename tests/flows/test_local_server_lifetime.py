@@ -324,26 +324,30 @@ def test_listing_lines() -> None:
         "user: arena doctor --all-local-servers"]
 
 
-def test_doctor_lists_and_stops_only_this_homes_server_unless_told(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_doctor_lists_and_stops_only_this_homes_server_unless_told(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """On a shared host (one account, several people's Prefect homes), `arena doctor` listed every
     local server, and its hint `--stop-local-servers` without a port stopped them all."""
+    from prefect.settings import PREFECT_HOME, temporary_settings
+
     mine, theirs = tmp_path / "mine", tmp_path / "theirs"
     servers = [ensure_server(mine), ensure_server(theirs)]
     ports = [int(server.api_url.rsplit(":", 1)[1].split("/")[0]) for server in servers]
     try:
-        monkeypatch.setenv("PREFECT_HOME", str(mine))
-        main(["doctor", "--db", str(tmp_path / "arena.duckdb")])
-        out = capsys.readouterr().out
-        assert f"port {ports[0]} " in out and f"port {ports[1]} " not in out, out
-        assert "more of other Prefect homes of this user: arena doctor --all-local-servers" in out
-        main(["doctor", "--db", str(tmp_path / "arena.duckdb"), "--all-local-servers"])
-        assert f"port {ports[1]} " in capsys.readouterr().out
-        assert main(["doctor", "--stop-local-servers"]) == 0
-        said = capsys.readouterr().out
-        assert f"stopped the server on port {ports[0]} (home {mine})" in said and str(theirs) not in said
-        alive = {s.port for s in find_running_servers()}
-        assert ports[1] in alive and ports[0] not in alive
+        # This process's Prefect settings are loaded already (an `arena doctor` process reads
+        # its environment's PREFECT_HOME).
+        with temporary_settings({PREFECT_HOME: mine}):
+            main(["doctor", "--db", str(tmp_path / "arena.duckdb")])
+            out = capsys.readouterr().out
+            assert f"port {ports[0]} " in out and f"port {ports[1]} " not in out, out
+            assert "more of other Prefect homes of this user: arena doctor --all-local-servers" in out
+            main(["doctor", "--db", str(tmp_path / "arena.duckdb"), "--all-local-servers"])
+            assert f"port {ports[1]} " in capsys.readouterr().out
+            assert main(["doctor", "--stop-local-servers"]) == 0
+            said = capsys.readouterr().out
+            assert f"stopped the server on port {ports[0]} (home {mine})" in said and str(theirs) not in said
+            alive = {s.port for s in find_running_servers()}
+            assert ports[1] in alive and ports[0] not in alive
     finally:
         for server in servers:
             server.release()
