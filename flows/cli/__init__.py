@@ -3,7 +3,7 @@
     run.py          arena run | localenv           evaluate a suite (default: the bundled suite on the local
                                                    simulation); that simulation alone
     preflight.py    arena plan | doctor | probe    before a run: time and cost, checks with fixes, a WAA server
-    results.py      arena report | compare | export | sql | demos build | store migrate
+    results.py      arena report | compare | history | export | sql | demos build | store migrate
     tasks.py        arena tasks list | coverage | lint | new
     cloud.py        arena pool | image | janitor   warm pools, VM images, expired resources
     deployments.py  arena status | notify          the served deployments and the events that start them
@@ -43,7 +43,7 @@ __all__ = [
 _COMMANDS = (
     run.add_run, run.add_localenv, preflight.add_probe, deployments.add_notify, deployments.add_status,
     cloud.add_janitor, cloud.add_pool, preflight.add_doctor, preflight.add_plan, results.add_report, results.add_compare,
-    results.add_export, results.add_demos, results.add_sql, results.add_store, tasks.add_tasks, cloud.add_image,
+    results.add_history, results.add_export, results.add_demos, results.add_sql, results.add_store, tasks.add_tasks, cloud.add_image,
 )
 
 

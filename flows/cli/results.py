@@ -1,4 +1,5 @@
-"""Reading results back: `arena report`, `compare`, `export`, `sql`, `demos build` and `store migrate`."""
+"""Reading results back: `arena report`, `compare`, `history`, `export`, `sql`, `demos build` and
+`store migrate`."""
 
 from __future__ import annotations
 
@@ -107,6 +108,19 @@ def _export(args: argparse.Namespace) -> int:
     out = args.out or args.parquet
     if out is None:
         raise ValueError("give the output directory: --out DIR (or --parquet DIR for the Parquet tables)")
+    if args.format == "video":
+        if len(runs) != 1:
+            raise ValueError("the video format exports one run at a time; give one run id")
+        from adapters.results.episode_video import write_episode_videos
+        from adapters.store.duckdb_store import ResultStore
+
+        with ResultStore(args.db, read_only=True) as store:
+            if store.get_run(runs[0]) is None:
+                raise ValueError(f"{store.location}: unknown run {runs[0]!r}")
+            for path in write_episode_videos(store, runs[0], Path(out), task_ids=args.task or [],
+                                             outcomes=args.outcome or [], domains=args.domain or []):
+                print(path)
+        return 0
     if args.format == "parquet":
         if len(runs) != 1:
             raise ValueError("the parquet format exports one run at a time; give one run id")
@@ -181,14 +195,54 @@ def add_compare(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argp
     compare.set_defaults(func=_compare)
 
 
+def _history(args: argparse.Namespace) -> int:
+    from adapters.results.history import baseline_history, stored_baselines
+    from adapters.results.history_report import history_page, history_text
+
+    if args.baseline is None:
+        known = stored_baselines(args.db)
+        if not known:
+            print(f"no run of any baseline in {args.db} (runs of a baseline come from the nightly, "
+                  "`evaluate-baseline/on-demand`, or SuiteRunConfig(baseline=...))")
+            return 0
+        for name, count in known.items():
+            print(f"{name}: {count} run(s)")
+        print(f"\n{command_line('history', next(iter(known)))} shows one")
+        return 0
+    history = baseline_history(args.db, args.baseline, nights=args.nights, window=args.window, alpha=args.alpha)
+    print(history_text(history), end="")
+    if args.html is not None:
+        args.html.parent.mkdir(parents=True, exist_ok=True)
+        args.html.write_text(history_page(history), encoding="utf-8")
+        print(f"\nHTML: {args.html.resolve()}")
+    # A regression on the latest night is the answer a script asks for (like `arena compare`).
+    latest = history.nights[-1].change
+    return 1 if latest is not None and latest.kind == "regression" else 0
+
+
+def add_history(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argparse's type
+    """`arena history [BASELINE]`."""
+    history = sub.add_parser("history", help="a baseline's nights: rates with intervals, per domain, cost, time, "
+                             "flipped tasks, and the nights that differ from their recent past by more than noise")
+    history.add_argument("baseline", nargs="?", help="the baseline's name (without: the baselines with runs)")
+    history.add_argument("--db", type=store_location, default=default_db(), help=DB_HELP)
+    history.add_argument("--nights", type=int, default=30, help="how many of the latest nights (default 30)")
+    history.add_argument("--window", type=int, default=7,
+                         help="how many earlier nights each night is tested against (default 7)")
+    history.add_argument("--alpha", type=float, default=0.05, help="the test's two-sided level (default 0.05)")
+    history.add_argument("--html", type=Path, help="also write the history with its charts to this HTML file")
+    history.set_defaults(func=_history)
+
+
 def add_export(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argparse's type
     """`arena export RUN`."""
     export = sub.add_parser("export", help="a run's tables as Parquet, or episodes as training data "
                             "(sft, trajectories, inspect): docs/training.md")
     export.add_argument("run", nargs="+", help="run id(s) (or 'latest')")
-    export.add_argument("--format", choices=["parquet", "sft", "trajectories", "inspect"], default="parquet",
+    export.add_argument("--format", choices=["parquet", "sft", "trajectories", "inspect", "video"], default="parquet",
                         help="parquet: the run's tables; sft: chat samples per step; trajectories: one record per "
-                        "episode; inspect: an inspect_ai eval log")
+                        "episode; inspect: an inspect_ai eval log; video: an MP4 per task's final attempt "
+                        "(the video extra)")
     export.add_argument("--out", type=Path, metavar="DIR", help="the output directory (created)")
     export.add_argument("--parquet", type=Path, metavar="DIR", help="directory for the .parquet files (parquet)")
     export.add_argument("--db", type=store_location, default=default_db(), help=DB_HELP)
