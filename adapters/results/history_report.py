@@ -98,7 +98,7 @@ def history_text(history: BaselineHistory) -> str:
     lines += _flips_lines("flipped since the last good night", history.since_last_good)
     unpriced = [n for n in history.nights if n.cost_usd is None]
     if unpriced:
-        lines.append(f"unpriced: {unpriced[-1].cost_note} (set a price override: docs/agents.md)")
+        lines.append(f"{unpriced[-1].cost_note} (a price override sets it: docs/agents.md)")
     lines += [f"note: {note}" for note in history.notes]
     return "\n".join(lines) + "\n"
 
