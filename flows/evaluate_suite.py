@@ -33,7 +33,7 @@ from prefect import flow, get_client, get_run_logger, tags
 from prefect.context import FlowRunContext
 from prefect.flow_engine import run_flow
 from prefect.states import Failed, State
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.exceptions import TerminationSignal
 from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -51,6 +51,7 @@ from adapters.vms.janitor import sweep_run
 from adapters.vms.registry import build_provider
 from adapters.vms.warm_pool import WarmPool
 from adapters.waa.catalog import WAATaskCatalog, bundled_suite_dir
+from flows import live_view
 from flows.bookkeeping import best_effort, slug
 from flows.budget import RunBudget
 from flows.cancellation import cancellation_requested, settle_late_cancel, watch_cancellation
@@ -246,6 +247,7 @@ def _evaluate_on(config: SuiteRunConfig, run_id: str, catalog: WAATaskCatalog, t
             scoring=config.scoring, cost=budget.cost_usd,
             trials_per_task=trials if with_trials else None, done_per_task=done_per_task,
         )
+        _link_live_view(run_id)
         status = "failed"
         shard_errors: list[str] = []
         request = PoolRunRequest(config, run_id, catalog, provider, agent_options, store, budget, progress)
@@ -340,6 +342,16 @@ def _evaluate_on(config: SuiteRunConfig, run_id: str, catalog: WAATaskCatalog, t
             config, run_id, len(tasks), environment, store, completeness, results, request.problems, shard_errors,
             hedging.stats.describe(hedging.max_extra) if hedging is not None else None,
         )
+
+
+def _link_live_view(run_id: str) -> None:
+    """The run's live view (flows/live_view.py), when this process serves one, linked from the
+    run's Prefect page: a local address, for whoever watches on this machine."""
+    url = live_view.current_url()
+    if url is not None:
+        best_effort("linking the live view", lambda: create_link_artifact(
+            key=f"waa-live-{slug(run_id)}", link=url, link_text="what the agents see now (this machine only)",
+            description=f"WAA run {run_id}: each VM's latest screen, task, step and action, while the run goes"))
 
 
 def _stopped(run_id: str, store: ResultStore, status: str, stopped_by: str, results: list[BenchmarkResult],

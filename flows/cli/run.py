@@ -6,6 +6,7 @@ run --waa-url` and developing an agent against it."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import shutil
 import socket
@@ -155,6 +156,7 @@ def _run_checked(args: argparse.Namespace, config: SuiteRunConfig, rerun: str, s
     from adapters.store.spool import spool_dir
     from flows.evaluate_suite import run_suite
     from flows.local_server import LocalServerError, use_api
+    from flows.live_view import LiveView
     from flows.terminal import ProgressPrinter, quiet_expected_tracebacks
 
     if args.owns_process:
@@ -168,10 +170,13 @@ def _run_checked(args: argparse.Namespace, config: SuiteRunConfig, rerun: str, s
         terminate_on_sigterm()  # SIGTERM and a cancel from the Prefect UI stop the run cleanly
         args.reaper = start_reaper()  # ends the simulations if we are killed
     try:
-        with use_api(server_start) as local_server:
+        with use_api(server_start) as local_server, contextlib.ExitStack() as live:
             if local_server is not None:
                 print(f"Prefect UI: {local_server.ui_url} (a local server shared by the runs on this machine; "
                       "set PREFECT_API_URL to use your own)", file=sys.stderr)
+            if not args.no_live:
+                view = live.enter_context(LiveView())
+                print(f"Live view: {view.url} (each VM's screen as the run goes; ends with the run)", file=sys.stderr)
             with ProgressPrinter(config.artifacts_dir / config.run_id / "progress.json"):
                 outcome = run_suite(config, announce=lambda url: print(f"Flow run: {url}", file=sys.stderr),
                                     on_outcome=report.start)
@@ -368,6 +373,8 @@ def add_run(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argparse
         f"retiring it (default {DEFAULT_SERVER_WAIT_SECONDS:g})",
     )
     run.add_argument("--verbose", action="store_true", help="show Prefect's task-state logs in the terminal")
+    run.add_argument("--no-live", action="store_true",
+                     help="serve no live view (by default a page on 127.0.0.1 shows each VM's screen while the run goes)")
     run.set_defaults(func=_run)
 
 
