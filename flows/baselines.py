@@ -49,6 +49,7 @@ from adapters.results.compare import (
     stored_run_status,
 )
 from adapters.results.source import latest_completed_run as stored_latest_completed_run
+from adapters.results.trials.adaptive_limits import check_batch_size
 from adapters.secrets import redact_url, url_secret
 from adapters.store.duckdb_store import agent_config_hash
 from adapters.vms.base import ResetLevel
@@ -121,8 +122,15 @@ class ModelUpdates(BaseModel):
     # further trials are spent (default: what a fixed 3-trial design of both models would cost).
     adaptive: bool = False
     margin: float = Field(default=0.05, gt=0, lt=1)
-    batch_size: int = Field(default=16, ge=1, le=1000)
+    batch_size: int = Field(default=16, le=1000)  # at least 2: `_batch_size`
     budget_trials: int | None = Field(default=None, ge=1)
+
+    @field_validator("batch_size")
+    @classmethod
+    def _batch_size(cls, value: int) -> int:
+        """A batch of one trial has no variance of its own to estimate: refused, saying why
+        (adapters/results/trials/adaptive_limits.py)."""
+        return check_batch_size(value, None)
 
     @field_validator("endpoints")
     @classmethod
@@ -531,8 +539,10 @@ def evaluate_model_update(
     baseline). The agent options' `model` (and `base_url`, when `endpoint` is given) are
     replaced. The comparison is against the latest completed run of the baseline's own
     configuration in the same store; when there is none, the baseline is run first. The
-    comparison (per-domain rates with intervals, flips, and the exact McNemar verdict) is
-    published as the markdown artifact `model-update-<baseline>` (one version per model).
+    comparison (per-domain rates with intervals, flips, and one verdict: the exact McNemar test's,
+    with repeated trials the per-task means' test, and when the baseline runs the adaptive design
+    the design's decision, `model_update_report`) is published as the markdown artifact
+    `model-update-<baseline>` (one version per model).
 
     With ARENA_MODEL_UPDATE_EXPORT_DIR set where the flow runs, the new run's failed episodes
     (agent failures and timeouts: the model's own) are exported there as `<dir>/<new run id>`
@@ -594,10 +604,7 @@ def run_model_update(
     if comparison.withheld:
         logger.warning("no verdict for %s: %s", model, comparison.withheld)
     title = f"{model} vs baseline {chosen.name}" + (f" (checkpoint {checkpoint})" if checkpoint else "")
-    markdown = comparison_markdown(comparison, title)
-    if design is not None:
-        comparison.design_decision = design.report.decision
-        markdown = design.markdown() + "\n" + markdown
+    markdown = model_update_report(comparison, design, title)
     if settings.export_failures:
         markdown += "\n\n" + _export_failures(new_config, new_run_id, Path(settings.export_failures),
                                               settings.export_format)
@@ -614,6 +621,22 @@ def run_model_update(
     return comparison
 
 
+def model_update_report(comparison: RunComparison, design: AdaptiveDesign | None, title: str) -> str:
+    """The model update's artifact (markdown), with one verdict. When the adaptive design ran, its
+    decision is the verdict (set on `comparison`) and heads the artifact: its trials were chosen by
+    what earlier trials showed, so the fixed-sample test is not applied to them (6.5 % false
+    verdicts between equal models in bench/adaptive_trials.py, and a verdict that could
+    contradict the design's); the two
+    runs' per-task means follow, described, not tested."""
+    if design is not None:
+        comparison.design_decision = design.report.decision
+        comparison.design_summary = design.report.summary()
+        if comparison.trials is not None:
+            comparison.trials = comparison.trials.descriptive()
+    markdown = comparison_markdown(comparison, title)
+    return markdown if design is None else design.markdown() + "\n" + markdown
+
+
 @dataclass
 class AdaptiveDesign:
     """The adaptive design's end (adapters/results/trials/adaptive.py): its decision with the
@@ -627,7 +650,7 @@ class AdaptiveDesign:
         """The artifact's section: decision, episodes spent, the interval as it narrowed, the
         fixed design's cost."""
         r = self.report
-        lines = [f"## Adaptive design: **{r.decision}**", "",
+        lines = [f"## Adaptive design: **{r.decision}** (the model update's verdict)", "",
                  f"{r.episodes} further trials spent in the first pass's gaps and {self.batches} batch(es) "
                  f"(budget {r.budget}; {r.given_trials} trials of the two runs given at the start); margin "
                  f"+/-{100 * r.margin:.1f} points; {r.method}.", "", "```", r.render(), "```"]
@@ -653,7 +676,7 @@ def run_adaptive_design(reference: SuiteRunConfig, baseline_run_id: str, new_con
     known = {m: sound_outcomes(rows[m]) for m in runs}
     tasks = sorted(known["baseline"].keys() & known["candidate"].keys())  # comparable: sound in both
     trials = {m: _trials_per_task(rows[m]) for m in runs}
-    budget = settings.budget_trials or 2 * 3 * len(tasks)
+    budget = settings.budget_trials or default_budget_trials(len(tasks))
     state = AdaptiveState.start(tasks, budget=budget, margin=settings.margin,
                                 baseline_trials={t: known["baseline"][t] for t in tasks},
                                 candidate_trials={t: known["candidate"][t] for t in tasks})
@@ -681,6 +704,12 @@ def run_adaptive_design(reference: SuiteRunConfig, baseline_run_id: str, new_con
     return AdaptiveDesign(report=report, fixed=fixed_design_cost(state) if report.interval else None, batches=batches)
 
 
+def default_budget_trials(tasks: int) -> int:
+    """The adaptive design's default budget of further trials: what a fixed design of 3 trials
+    per task and model costs (2 x 3 x tasks)."""
+    return 2 * 3 * tasks
+
+
 def _trials_per_task(rows: list[dict[str, Any]]) -> dict[str, int]:
     """The highest trial number of each task in a run's final attempts."""
     counts: dict[str, int] = {}
@@ -694,7 +723,7 @@ def model_update_state(comparison: RunComparison) -> State:
     (so Prefect's failure notifications fire); the comparison as data."""
     if comparison.withheld:
         return ended(Failed, f"No verdict: {comparison.withheld}", comparison)
-    design = f"; adaptive design: {comparison.design_decision}" if comparison.design_decision else ""
+    design = f" (the adaptive design's decision: {comparison.design_decision})" if comparison.design_decision else ""
     return ended(Completed, f"verdict: {comparison.verdict}{design}", comparison)
 
 

@@ -69,6 +69,7 @@ from flows.summary import (
     run_completeness,
     summary_markdown,
     summary_rows,
+    trial_statistics,
     trials_section,
 )
 
@@ -393,10 +394,12 @@ def _summarize(
     extra_text, extra_markdown = problem_sections(pool_errors, shard_errors)
     if hedging is not None:
         extra_text, extra_markdown = f"\n{hedging}" + extra_text, f"\n\n{hedging}" + extra_markdown
-    trials_text, trials_markdown = trials_section(store.latest_attempts(run_id))
+    # pass@k is for the K this run asked for of every task (not the most trials one task got).
+    trials = trial_statistics(store.latest_attempts(run_id), config.trials)
+    trials_text, trials_markdown = trials_section(trials)
     extra_text, extra_markdown = trials_text + extra_text, trials_markdown + extra_markdown
-    table = format_summary(run_id, summary, environment, completeness) + extra_text
-    markdown = summary_markdown(run_id, summary, environment, completeness) + extra_markdown
+    table = format_summary(run_id, summary, environment, completeness, trials) + extra_text
+    markdown = summary_markdown(run_id, summary, environment, completeness, trials) + extra_markdown
     logger.info("Run summary\n%s", table)
     if completeness.missing:
         logger.warning(
@@ -404,7 +407,7 @@ def _summarize(
             run_id, completeness.status, completeness.missing, completeness.selected,
         )
     description = f"WAA run {run_id}: {config.agent} agent on {selected} tasks ({environment}), {completeness.status}"
-    rows = summary_rows(summary, completeness, config.vm_hour_price_usd)
+    rows = summary_rows(summary, completeness, config.vm_hour_price_usd, trials)
     # One series per baseline (its nights side by side in the UI's artifact history), else per run.
     series = slug(config.baseline or run_id)
     best_effort("publishing the summary table artifact",

@@ -27,7 +27,9 @@ class RunProgress:
     Both say what a person watching wants to know while the run goes: tasks done of selected
     (a task is done when its last attempt is final or its retries are used up; in a run with
     repeated trials, trials done of selected and tasks with every trial done), success so far
-    with its Wilson interval, infrastructure errors by task (and by attempt), cost so far (model
+    with its Wilson interval (with repeated trials: the mean over tasks of their success so far,
+    with an interval that groups trials by task, trials/estimates.py `tasks_like_these`; none
+    without SciPy), infrastructure errors by task (and by attempt), cost so far (model
     and VM) and tokens, and an estimate of the time left from this invocation's pace, cleared
     once the run ends. The artifact is updated from a background thread (lanes never wait on the
     Prefect API; updates queued behind a slow one collapse into the newest), and its failures are
@@ -55,6 +57,10 @@ class RunProgress:
         self.attempts = 0
         self.successes = 0  # among `scored`
         self.scored = 0  # results of this invocation whose environment was sound (rates.py)
+        self._sound_by_task: dict[str, list[int]] = {}  # task -> [successes, sound results], this invocation
+        # With repeated trials the interval groups trials by task: SciPy's quantiles, imported
+        # here (in the flow's thread) rather than on the recorder's first result.
+        self._by_task_interval = _grouped_interval() if self.with_trials else None
         self.infrastructure_errors = 0  # attempts
         self.infrastructure_tasks: set[str] = set()  # tasks with at least one such attempt
         self.model_cost_usd = 0.0
@@ -124,9 +130,23 @@ class RunProgress:
         # The UI's card shows about the first 40 characters: what matters comes first.
         return progress_line(self.snapshot())
 
+    def _success_interval(self) -> tuple[float | None, tuple[float, float] | None]:
+        """The success rate so far and its 95 % interval: over results (Wilson), or with repeated
+        trials the mean over tasks of their fractions with an interval that groups trials by task
+        (no interval without SciPy)."""
+        if not self.with_trials:
+            return (self.successes / self.scored if self.scored else None), wilson_interval(self.successes, self.scored)
+        fractions = [s / n for s, n in self._sound_by_task.values() if n]
+        if not fractions:
+            return None, None
+        rate = sum(fractions) / len(fractions)
+        if self._by_task_interval is None:
+            return rate, None
+        return rate, self._by_task_interval(fractions).interval
+
     def snapshot(self) -> dict[str, Any]:
         """The numbers of the side file (and of the artifact's description)."""
-        ci = wilson_interval(self.successes, self.scored)
+        rate, ci = self._success_interval()
         eta = self.eta_seconds()
         return {
             "run_id": self.run_id,
@@ -140,6 +160,8 @@ class RunProgress:
             "successes": self.successes,
             "scored": self.scored,
             "success_ci95": list(ci) if ci else None,
+            # With repeated trials: the mean over tasks of their success so far (what the interval is of).
+            **({"success_rate_by_task": None if rate is None else round(rate, 4)} if self.with_trials else {}),
             "scoring": self.scoring,
             "infrastructure_errors": self.infrastructure_errors,
             "infrastructure_error_tasks": len(self.infrastructure_tasks),
@@ -174,6 +196,9 @@ class RunProgress:
             if result.outcome.environment_was_sound:  # the headline rate's denominator (rates.py)
                 self.scored += 1
                 self.successes += int(result.success)
+                counts = self._sound_by_task.setdefault(result.task_id, [0, 0])
+                counts[0] += int(result.success)
+                counts[1] += 1
             if result.usage is not None:
                 self.model_cost_usd += result.usage.cost_usd
                 self.tokens += result.usage.input_tokens + result.usage.output_tokens
@@ -226,9 +251,13 @@ def progress_line(p: dict[str, Any]) -> str:
         ci = p.get("success_ci95")
         interval = f" [{100 * ci[0]:.0f}-{100 * ci[1]:.0f}%]" if ci else ""
         scoring = "" if p.get("scoring", "strict") == "strict" else f" (scoring {p['scoring']})"
-        parts.append(
-            f"success {p.get('successes', 0)}/{scored} {100 * p.get('successes', 0) / scored:.0f}%{interval}{scoring}"
-        )
+        if "tasks_selected" in p:  # repeated trials: the mean over tasks, its interval grouping trials by task
+            rate = p.get("success_rate_by_task") or 0.0
+            parts.append(f"success {p.get('successes', 0)}/{scored} trials, {100 * rate:.0f}% by task{interval}{scoring}")
+        else:
+            parts.append(
+                f"success {p.get('successes', 0)}/{scored} {100 * p.get('successes', 0) / scored:.0f}%{interval}{scoring}"
+            )
     attempts = p.get("infrastructure_errors", 0)
     tasks = p.get("infrastructure_error_tasks", attempts)
     parts.append(f"infra errors: {tasks} task(s), {attempts} attempt(s)" if attempts else "infra errors: 0")
@@ -243,3 +272,20 @@ def progress_line(p: dict[str, Any]) -> str:
     elif eta is not None:
         parts.append(f"ETA {int(eta // 60)}m{int(eta % 60):02d}s")
     return ", ".join(parts)
+
+
+def _grouped_interval() -> Callable[[list[float]], Any] | None:
+    """The interval of a mean of per-task fractions for tasks like these
+    (adapters/results/trials/estimates.py `tasks_like_these`), or None without SciPy (the `stats`
+    extra): the progress line then shows no interval rather than one that treats trials as
+    independent."""
+    from adapters.extras import ExtraMissing
+
+    try:
+        from adapters.results.trials._scipy import scipy_stats
+        from adapters.results.trials.estimates import tasks_like_these
+
+        scipy_stats()
+    except (ImportError, ExtraMissing):
+        return None
+    return tasks_like_these

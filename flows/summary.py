@@ -7,12 +7,15 @@ last attempt), and every rendering shows it right under the headline rate.
 
 The headline rate is the success rate over the tasks whose environment was sound
 (adapters/results/rates.py: infrastructure errors and setup failures left out of its
-denominator), with its Wilson 95% interval, beside the raw rate and the counts left out.
+denominator), with its Wilson 95% interval, beside the raw rate and the counts left out. In a
+run with repeated trials it is the mean over tasks of each task's success over its sound trials,
+with an interval that groups trials by task (adapters/results/trials/report.py): a Wilson
+interval over every trial would treat a task's trials as independent draws.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -20,6 +23,9 @@ from adapters.benchmark import BenchmarkTask, OutcomeKind
 from adapters.results.metrics import DomainMetrics, Rate, RunMetrics
 from adapters.results.report_text import left_out_text
 from adapters.store.duckdb_store import ResultStore
+
+if TYPE_CHECKING:
+    from adapters.results.trials.report import TrialStatistics
 
 
 class RunCompleteness(BaseModel):
@@ -59,9 +65,11 @@ def _round(value: float | None) -> float | None:
 
 
 def summary_rows(metrics: RunMetrics, completeness: RunCompleteness | None = None,
-                 vm_hour_price_usd: float = 0.0) -> list[dict[str, Any]]:
+                 vm_hour_price_usd: float = 0.0, trials: TrialStatistics | str | None = None) -> list[dict[str, Any]]:
     """One row per domain plus a total row, for `create_table_artifact`: rates with their 95 %
-    intervals, and cost (model, plus VM-hours at `vm_hour_price_usd`)."""
+    intervals, and cost (model, plus VM-hours at `vm_hour_price_usd`). With repeated trials
+    (`trials`: the run's statistics) the sound rate of each row is the mean of its tasks' fractions
+    with the interval that groups trials by task, as the headline."""
     missing = completeness.missing_by_domain if completeness else {}
 
     def cost(d: DomainMetrics) -> float:
@@ -104,6 +112,13 @@ def summary_rows(metrics: RunMetrics, completeness: RunCompleteness | None = Non
             **({"missing": completeness.missing} if completeness else {}),
         }
     )
+    if trials is not None and not isinstance(trials, str):
+        for row in rows:
+            grouped = trials.rate if row["domain"] == "ALL" else trials.domains.get(row["domain"])
+            if grouped is not None and grouped.rate is not None:
+                interval = grouped.tasks_like_these.interval
+                row["success_rate_sound"] = _round(grouped.rate)
+                row["ci95_sound"] = None if interval is None else f"[{100 * interval[0]:.1f}%, {100 * interval[1]:.1f}%]"
     return rows
 
 
@@ -120,13 +135,21 @@ def _rate(rate: Rate) -> str:
     return f"{_pct(rate.rate).strip()} ({rate.successes}/{rate.total}) [{_pct(low).strip()}, {_pct(high).strip()}]"
 
 
-def sound_rate_line(metrics: RunMetrics) -> str:
-    """The headline rate (adapters/results/rates.py) with its interval, the raw rate and what it leaves out."""
+def sound_rate_line(metrics: RunMetrics, trials: TrialStatistics | str | None = None) -> str:
+    """The headline rate (adapters/results/rates.py) with its interval, the raw rate and what it
+    leaves out. With repeated trials (`trials`, trials/report.py) the headline groups trials by
+    task and the raw rate is a count of trials, without an interval that would treat them as
+    independent; without SciPy the per-trial rate stays, saying what it is."""
     overall = metrics.overall
-    return (
-        f"success rate (sound environment): {_rate(overall.success_sound)}   "
-        f"raw: {_rate(overall.success)}   left out: {left_out_text(overall.outcomes)}"
-    )
+    left_out = f"left out: {left_out_text(overall.outcomes)}"
+    if trials is None:
+        return (f"success rate (sound environment): {_rate(overall.success_sound)}   raw: {_rate(overall.success)}   "
+                f"{left_out}")
+    raw = f"raw: {overall.success.successes}/{overall.success.total} trials ({_pct(overall.success.rate).strip()})"
+    if isinstance(trials, str):
+        return (f"success rate (sound environment, every trial counted as independent: {trials}): "
+                f"{_rate(overall.success_sound)}   {raw}   {left_out}")
+    return f"{trials.headline()}   {raw}   {left_out}"
 
 
 def _outcomes(metrics: RunMetrics) -> str:
@@ -166,10 +189,12 @@ def completeness_lines(completeness: RunCompleteness) -> list[str]:
 
 
 def format_summary(
-    run_id: str, metrics: RunMetrics, environment: str, completeness: RunCompleteness | None = None
+    run_id: str, metrics: RunMetrics, environment: str, completeness: RunCompleteness | None = None,
+    trials: TrialStatistics | str | None = None,
 ) -> str:
     """A plain-text table: success per domain, the headline (sound environment) rate and, right
-    under it, the run's status and its selected tasks without a final result."""
+    under it, the run's status and its selected tasks without a final result. `trials`: the
+    run's repeated-trial statistics (trials/report.py `trial_section`) for its headline."""
     label = _label(environment)
     lines = [
         f"WAA run {run_id}  [{label}]",
@@ -188,7 +213,7 @@ def format_summary(
         f"{'ALL':<20} {overall.tasks:>5} {overall.success.successes:>7} {_pct(overall.success.rate):>7} "
         f"{_pct(overall.success_sound.rate):>9}"
     )
-    lines.append(sound_rate_line(metrics))
+    lines.append(sound_rate_line(metrics, trials))
     if completeness is not None:
         lines.extend(completeness_lines(completeness))
     lines.append(metrics.run_status().scoring_line())
@@ -198,14 +223,15 @@ def format_summary(
 
 
 def summary_markdown(
-    run_id: str, metrics: RunMetrics, environment: str, completeness: RunCompleteness | None = None
+    run_id: str, metrics: RunMetrics, environment: str, completeness: RunCompleteness | None = None,
+    trials: TrialStatistics | str | None = None,
 ) -> str:
     """The summary as markdown, for `create_markdown_artifact`: the headline rate and the run's
-    status first, then the table."""
+    status first, then the table (`trials` as for `format_summary`)."""
     label = _label(environment)
-    rows = summary_rows(metrics, completeness)
+    rows = summary_rows(metrics, completeness, trials=trials)
     columns = list(rows[0]) if rows else ["domain"]
-    headline = sound_rate_line(metrics)
+    headline = sound_rate_line(metrics, trials)
     out = [f"# WAA run `{run_id}`", "", f"Environment: **{label}**", ""]
     out += [f"**{headline[0].upper() + headline[1:]}**", ""]
     if completeness is not None:
@@ -283,18 +309,23 @@ def problem_sections(pool_errors: list[str], shard_errors: list[str]) -> tuple[s
     return text, markdown
 
 
-def trials_section(rows: list[dict[str, Any]]) -> tuple[str, str]:
-    """For a run with repeated trials (rows: its final attempt per task and trial), the suite
-    rate as the mean of per-task fractions with both estimands' intervals and pass@k / pass^k
-    (adapters/results/trials/report.py), as text and markdown to append to the summary; empty
-    for a single-trial run, whose summary stays as it was. Without SciPy one line says so."""
-    from adapters.results.trials.report import trial_lines
+def trial_statistics(rows: list[dict[str, Any]], trials: int | None) -> TrialStatistics | str | None:
+    """A run's repeated-trial statistics for its summary (trials/report.py `trial_section`):
+    `rows` its final attempt per task and trial, `trials` the K it asked for of every task (its
+    configuration's `trials`; pass@k is for that K, whatever trials some tasks got beyond it)."""
+    from adapters.results.trials.report import trial_section
 
-    lines = trial_lines(rows)
-    if lines is None:
+    return trial_section(rows, trials)
+
+
+def trials_section(section: TrialStatistics | str | None) -> tuple[str, str]:
+    """For a run with repeated trials (`trial_statistics`), both estimands' intervals and
+    pass@1 / pass@K / pass^K, as text and markdown to append to the summary; empty for a
+    single-trial run, whose summary stays as it was. Without SciPy one line says so."""
+    if section is None:
         return "", ""
-    text = ("\nrepeated trials (the rows above count trials as if independent; these intervals account for "
-            "trials grouped by task):\n" + "\n".join(f"  {line}" for line in lines))
+    lines = [section] if isinstance(section, str) else section.lines()
+    text = ("\nrepeated trials (the per-domain rows above count trials as if independent; these intervals "
+            "account for trials grouped by task):\n" + "\n".join(f"  {line}" for line in lines))
     markdown = "\n\n**Repeated trials** (the per-domain rows count trials)\n\n" + "\n".join(f"- {line}" for line in lines)
     return text, markdown
-

@@ -54,7 +54,11 @@ from adapters.results.source import (
     source_path,
 )
 
-Verdict = Literal["improved", "regressed", "no significant difference", "insufficient data", "no verdict"]
+Verdict = Literal["improved", "regressed", "no significant difference", "insufficient data", "no verdict",
+                  "equivalent", "undecided"]
+# The adaptive model-update design's decisions as the comparison's verdict (flows/baselines.py).
+DESIGN_VERDICTS: dict[str, Verdict] = {"better": "improved", "worse": "regressed", "equivalent": "equivalent",
+                                       "budget_exhausted": "undecided", "continue": "undecided"}
 DeltaMethod = Literal["paired", "unpaired"]
 
 DEFAULT_ALPHA = 0.05
@@ -179,8 +183,10 @@ class RunComparison(BaseModel):
     # then describe each run's first trial only. None for two single-trial runs.
     trials: TrialComparison | None = None
     # The adaptive model-update design's decision (better / worse / equivalent / budget_exhausted),
-    # set by the model-update flow when the baseline asks for it (flows/baselines.py).
+    # set by the model-update flow when the baseline asks for it (flows/baselines.py). It is then
+    # the comparison's one verdict: no fixed-sample test is applied to the trials it collected.
     design_decision: str | None = None
+    design_summary: str | None = None  # its decision line: the estimate and anytime-valid interval
 
     def warnings(self) -> list[str]:
         """A line per run that is not complete (its rates leave tasks out)."""
@@ -206,12 +212,16 @@ class RunComparison(BaseModel):
         when it is withheld."""
         if self.withheld:
             return "no verdict"
+        if self.design_decision is not None:
+            return DESIGN_VERDICTS[self.design_decision]
         return self.trials.verdict if self.trials is not None else self.test.verdict
 
     @property
     def p_value(self) -> float | None:
         """The exact McNemar p-value over the paired tasks (None without paired tasks); with
-        trials, the trial comparison's test's."""
+        trials, the trial comparison's test's; None after an adaptive design (no fixed-sample test)."""
+        if self.design_decision is not None:
+            return None
         return self.trials.estimate().p_value if self.trials is not None else self.test.p_value
 
     @property
@@ -538,6 +548,9 @@ def verdict_sentence(comparison: RunComparison) -> str:
     t = comparison.test
     if comparison.withheld:
         return f"no verdict: {comparison.withheld}"
+    if comparison.design_decision is not None:
+        return (f"{comparison.verdict} (the adaptive design's {comparison.design_summary or comparison.design_decision}; "
+                "no fixed-sample test is applied to the trials it collected)")
     if comparison.trials is not None:
         c = comparison.trials
         chosen = c.estimate()
@@ -587,6 +600,11 @@ def run_lines(comparison: RunComparison) -> list[str]:
         scoring = "" if status is None else f"; {status.scoring_line()}"
         lines.append(f"{role} run {run_id}: {state}; {rates}{scoring}")
     return lines
+
+
+def _trials_role(comparison: RunComparison) -> str:
+    """What the repeated-trials section is to the verdict."""
+    return "the verdict's basis" if comparison.trials is None or comparison.trials.tested else "described only"
 
 
 def comparison_markdown(comparison: RunComparison, title: str) -> str:
@@ -645,8 +663,8 @@ def comparison_markdown(comparison: RunComparison, title: str) -> str:
             f"only in the new run: {len(comparison.only_in_new)} (not counted as flips).",
         ]
     if comparison.trials is not None:
-        lines += ["", "## Repeated trials: per-task means (the verdict's basis; the table above is each run's first trial)",
-                  "", *[f"- {line.strip()}" for line in render_trial_comparison(comparison.trials).splitlines()]]
+        lines += ["", f"## Repeated trials: per-task means ({_trials_role(comparison)}; the table above is each run's "
+                  "first trial)", "", *[f"- {line.strip()}" for line in render_trial_comparison(comparison.trials).splitlines()]]
     return "\n".join(lines) + "\n"
 
 
@@ -696,6 +714,6 @@ def render_comparison_text(comparison: RunComparison) -> str:
     if comparison.only_in_new:
         lines += ["", f"only in the new run: {', '.join(comparison.only_in_new)}"]
     if comparison.trials is not None:
-        lines += ["", "repeated trials: per-task means (the verdict's basis; the table above is each run's first trial)",
-                  render_trial_comparison(comparison.trials).rstrip("\n")]
+        lines += ["", f"repeated trials: per-task means ({_trials_role(comparison)}; the table above is each run's first "
+                  "trial)", render_trial_comparison(comparison.trials).rstrip("\n")]
     return "\n".join(lines) + "\n"

@@ -420,17 +420,41 @@ def _status_card(metrics: RunMetrics) -> str:
     )
 
 
-def _summary_section(metrics: RunMetrics) -> str:
+def _trial_rate_cards(trials: Any, metrics: RunMetrics) -> list[str]:
+    """A run with repeated trials (`trials`: its TrialStatistics): the headline as the mean of
+    per-task fractions with the interval that groups trials by task, and the raw rate as a count
+    of trials without an interval that would treat them as independent."""
+    overall, rate = metrics.overall, trials.rate
+    return [
+        f'<div class="card"><div class="sub">success rate (sound environment, mean over tasks)</div><div class="big">'
+        f'{esc(pct(rate.rate))}</div><div class="sub">{esc(rate.tasks)} tasks x K={esc(trials.k)} trials &middot; '
+        f"95% CI {esc(_interval_text(rate.tasks_like_these.interval))} (tasks like these, trials grouped by task)"
+        f" · left out: {esc(left_out_text(overall.outcomes))}</div></div>",
+        f'<div class="card"><div class="sub">success rate (raw, every trial with a result)</div><div class="big">'
+        f'{esc(pct(overall.success.rate))}</div><div class="sub">{esc(overall.success.successes)} of '
+        f"{esc(overall.success.total)} trials</div></div>",
+    ]
+
+
+def _interval_text(interval: tuple[float, float] | None) -> str:
+    """An interval as "[56.6%, 100.0%]"; "-" when there is none."""
+    return "-" if interval is None else f"[{pct(interval[0])}, {pct(interval[1])}]"
+
+
+def _summary_section(metrics: RunMetrics, trials: Any = None) -> str:
     overall = metrics.overall
     status = metrics.run_status()
     incomplete = incomplete_text(status)
     banner = f'<p class="banner incomplete">{esc(incomplete)}</p>' if incomplete else ""
     scoring = f'<p class="scoring">{esc(status.scoring_line())}</p>'
+    headline = _trial_rate_cards(trials, metrics) if trials is not None else [
+        _rate_card("success rate (sound environment)", overall.success_sound,
+                   f" · left out: {left_out_text(overall.outcomes)}"),
+        _rate_card("success rate (raw, all tasks with a result)", overall.success),
+    ]
     cards = "".join(
         [
-            _rate_card("success rate (sound environment)", overall.success_sound,
-                       f" · left out: {left_out_text(overall.outcomes)}"),
-            _rate_card("success rate (raw, all tasks with a result)", overall.success),
+            *headline,
             _status_card(metrics),
             _rate_card("feasible tasks", overall.feasible),
             _rate_card("infeasible tasks", overall.infeasible),
@@ -669,17 +693,28 @@ def _tasks_section(store: ResultStore, metrics: RunMetrics, references: Referenc
     )
 
 
-def _trials_section(store: ResultStore, run_id: str) -> str:
-    """A run with repeated trials: each task's trials side by side (final attempt of each), its
-    success fraction, and the flaky tasks (outcomes that differ between trials) with their trial
-    outcomes, those of a deterministic agent flagged as pointing at the environment
-    (adapters/results/trials/flaky.py). Empty for a single-trial run."""
+def _trial_statistics(store: ResultStore, run_id: str) -> Any:
+    """The run's repeated-trial statistics for its K (trials/report.py `trial_section`): None for
+    a single-trial run, one line when SciPy is missing."""
+    from adapters.results.report_text import configured_trials
+    from adapters.results.trials.report import trial_section
+
+    return trial_section(store.latest_attempts(run_id), configured_trials(store, run_id))
+
+
+def _trials_section(store: ResultStore, run_id: str, statistics: Any = None) -> str:
+    """A run with repeated trials: its statistics (`statistics`: `_trial_statistics`, pass@k for
+    the run's K), each task's trials side by side (final attempt of each), its success fraction,
+    and the flaky tasks (outcomes that differ between trials) with their trial outcomes, those of
+    a deterministic agent flagged as pointing at the environment (adapters/results/trials/flaky.py).
+    Empty for a single-trial run."""
     from adapters.results.trials.flaky import task_stability
-    from adapters.results.trials.report import has_repeated_trials
 
     rows = store.latest_attempts(run_id)
-    if not has_repeated_trials(rows):
+    if statistics is None or not rows:
         return ""
+    stats_lines = [statistics] if isinstance(statistics, str) else statistics.lines()
+    stats_html = "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in stats_lines) + "</ul>"
     run = store.get_run(run_id)
     agent = run.agent if run is not None else ""
     by_task: dict[str, dict[int, Mapping[str, Any]]] = {}
@@ -705,8 +740,8 @@ def _trials_section(store: ResultStore, run_id: str) -> str:
         + (" <strong>(deterministic agent: the environment varied)</strong>" if g.points_at_environment else "")
         + "</li>" for g in flaky)
     return (
-        f'<section id="trials"><h2>Trials</h2><p>{len(by_task)} task(s), up to {k} trials each (the final attempt of '
-        "each trial; success over sound trials). The task list below shows each trial's trajectory.</p>"
+        f'<section id="trials"><h2>Trials</h2>{stats_html}<p>{len(by_task)} task(s), up to {k} trials each (the final '
+        "attempt of each trial; success over sound trials). The task list below shows each trial's trajectory.</p>"
         f"<table><tr><th>task</th><th>domain</th>{header}<th class=num>success</th></tr>{''.join(lines)}</table>"
         f"<h3>Flaky tasks: {len(flaky)}</h3>"
         + (f"<ul>{items}</ul>" if items else "<p class=muted>no task's outcome differed between its trials</p>")
@@ -718,6 +753,8 @@ def render_html_report(metrics: RunMetrics, store: ResultStore, references: Refe
     """The whole HTML page for already computed metrics (screenshots read from disk via `store`)."""
     label = environment_label(metrics.provenance)
     banner = f'<p class="banner">{esc(label)}</p>' if label == SIMULATION_LABEL else f"<p>environment: {esc(label)}</p>"
+    statistics = _trial_statistics(store, metrics.run_id)
+    headline = None if isinstance(statistics, str) else statistics
     return (
         f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{REPORT_GENERATOR}"
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -726,7 +763,7 @@ def render_html_report(metrics: RunMetrics, store: ResultStore, references: Refe
         "style-src 'unsafe-inline'\">"
         f"<title>WAA run {esc(metrics.run_id)}</title><style>{_CSS}</style></head><body>"
         f"<h1>WAA run report <code>{esc(metrics.run_id)}</code></h1>{banner}"
-        f"{_summary_section(metrics)}{_trials_section(store, metrics.run_id)}"
+        f"{_summary_section(metrics, headline)}{_trials_section(store, metrics.run_id, statistics)}"
         f"{_tasks_section(store, metrics, references)}</body></html>\n"
     )
 

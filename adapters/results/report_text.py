@@ -17,12 +17,15 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters.benchmark import UNSOUND_OUTCOMES
 from adapters.results.metrics import DomainMetrics, Rate, References, RunMetrics, compute_run_metrics
 from adapters.results.rates import RunStatus
 from adapters.store.duckdb_store import ResultStore
+
+if TYPE_CHECKING:
+    from adapters.results.trials.report import TrialStatistics
 
 SIMULATION_LABEL = "LOCAL SIMULATION, not a Windows VM"
 
@@ -271,8 +274,23 @@ def _unsolved_lines(metrics: RunMetrics, limit: int = 100) -> list[str]:
     return lines
 
 
-def format_text_report(metrics: RunMetrics) -> str:
-    """The terminal report of already computed metrics."""
+def headline_lines(metrics: RunMetrics, trials: TrialStatistics | None = None) -> list[str]:
+    """The headline rate (sound environment) and the raw rate. With repeated trials (`trials`: the
+    run's TrialStatistics, adapters/results/trials/report.py) the headline is the mean of per-task
+    fractions with an interval that groups trials by task, and the raw rate a count of trials
+    without an interval that would treat them as independent."""
+    overall = metrics.overall
+    left_out = f"(left out: {left_out_text(overall.outcomes)})"
+    if trials is None:
+        return [f"success rate (sound environment): {rate_text(overall.success_sound)} {left_out}",
+                f"success rate (raw, all tasks with a result): {rate_text(overall.success)}"]
+    raw = overall.success
+    return [f"{trials.headline()} {left_out}",
+            f"success rate (raw, every trial with a result): {pct(raw.rate)} ({raw.successes}/{raw.total} trials)"]
+
+
+def format_text_report(metrics: RunMetrics, trials: TrialStatistics | None = None) -> str:
+    """The terminal report of already computed metrics (`trials`: see `headline_lines`)."""
     overall = metrics.overall
     status = metrics.run_status()
     lines = [f"WAA run report {clean(metrics.run_id)}  [{clean(environment_label(metrics.provenance))}]"]
@@ -283,9 +301,7 @@ def format_text_report(metrics: RunMetrics) -> str:
     lines += _domain_table(metrics)
     lines += [
         clean(status_line(status)),
-        f"success rate (sound environment): {rate_text(overall.success_sound)} "
-        f"(left out: {left_out_text(overall.outcomes)})",
-        f"success rate (raw, all tasks with a result): {rate_text(overall.success)}",
+        *headline_lines(metrics, trials),
         f"feasible tasks: {rate_text(overall.feasible)}   infeasible tasks: {rate_text(overall.infeasible)}",
         f"average score: {score_text(overall.avg_score)} "
         f"(sound environment: {score_text(overall.avg_score_sound)})",
@@ -301,16 +317,27 @@ def format_text_report(metrics: RunMetrics) -> str:
 
 def render_text_report(store: ResultStore, run_id: str, references: References | None = None) -> str:
     """The terminal report of a run (``arena report RUN``); StoreError naming the run if unknown.
-    A run with repeated trials gets the trial statistics at the end (trials/report.py).
+    A run with repeated trials gets a headline that groups trials by task and the trial
+    statistics at the end, pass@k for the run's K (trials/report.py).
 
     `references` (task id -> ReferenceTrajectory, e.g. from `references_for_run`) adds step and
     grounding accuracy; None leaves them out and the report says so.
     """
-    report = format_text_report(compute_run_metrics(store, run_id, references))
-    from adapters.results.trials.report import trial_lines  # SciPy is imported only for runs with trials
+    metrics = compute_run_metrics(store, run_id, references)
+    from adapters.results.trials.report import trial_section  # SciPy is imported only for runs with trials
 
-    lines = trial_lines(store.latest_attempts(run_id))
-    if lines is None:
-        return report
+    section = trial_section(store.latest_attempts(run_id), configured_trials(store, run_id))
+    if section is None:
+        return format_text_report(metrics)
+    lines = [section] if isinstance(section, str) else section.lines()
+    report = format_text_report(metrics, None if isinstance(section, str) else section)
     return (report.rstrip("\n") + "\n\nRepeated trials (the rows above are one per task and trial; these "
             "intervals account for trials grouped by task):\n" + "\n".join(f"  {line}" for line in lines) + "\n")
+
+
+def configured_trials(store: ResultStore, run_id: str) -> int | None:
+    """The trials per task the run's configuration asked for (runs.run_config), None when it is
+    not recorded: what pass@k of the run's reports is about."""
+    run = store.get_run(run_id)
+    value = (run.run_config or {}).get("trials") if run is not None else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None

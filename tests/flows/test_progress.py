@@ -86,4 +86,6 @@ def test_progress_with_trials_counts_trials_and_tasks(tmp_path: Path) -> None:
     progress.recorded(_result("b", OutcomeKind.INFRASTRUCTURE_ERROR, attempt=3).model_copy(update={"trial": 2}))
     data = json.loads(side.read_text())
     assert (data["done"], data["retries_exhausted"], data["tasks_done"]) == (5, 1, 1)
-    assert progress_line(data).startswith("5/6 trials, 1/2 tasks done, success 2/3 67%")
+    # The rate is the mean over tasks (a 2/2, b 0/1), its interval groups trials by task.
+    assert progress_line(data).startswith("5/6 trials, 1/2 tasks done, success 2/3 trials, 50% by task [")
+    assert data["success_rate_by_task"] == 0.5 and data["success_ci95"] != list(wilson_interval(2, 3))

@@ -67,6 +67,10 @@ def test_trials_run_store_summarise_and_resume_per_task_and_trial(prefect_server
     for metric in (pass_at_k(tasks, TRIALS), pass_hat_k(tasks, TRIALS), pass_at_k(tasks, 1)):
         label = metric.metric.replace("k", str(metric.k))
         assert f"{label} {100 * metric.value:.1f}%" in outcome.table
+    # pass@k is for the run's K, said so; the headline groups trials by task (no per-trial Wilson).
+    assert f"trials: K = {TRIALS} per task (the run's configuration)" in outcome.table
+    assert (f"success rate (sound environment): {100 * rate.rate:.1f}% [{100 * low2:.1f}%, {100 * high2:.1f}%] over "
+            f"{len(ids)} task(s) x K={TRIALS} trial(s)") in outcome.table
     assert outcome.completeness.trials_selected == outcome.completeness.trials_final == len(ids) * TRIALS
     assert f"trials: {len(ids) * TRIALS}/{len(ids) * TRIALS} with a final result" in outcome.table
     progress = json.loads((artifacts / RUN / "progress.json").read_text())

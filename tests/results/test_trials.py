@@ -185,7 +185,10 @@ def test_unequal_trials_pair_by_fingerprint_and_test_with_permutation_variance()
     # Tasks like these: the one-sample t test on the per-task differences.
     t = scipy_stats.ttest_1samp(diffs, 0.0)
     assert result.tasks_like_these.p_value == pytest.approx(t.pvalue)
-    assert result.tasks_like_these.mde is not None and result.these_tasks.mde is not None
+    # These tasks: simulated for this verdict when shown (planning.design_mde), not the textbook formula.
+    assert result.tasks_like_these.mde is not None and result.these_tasks.mde is None
+    planned = result.detectable_difference()
+    assert planned is not None and planned.tasks == 4 and planned.verdict == "stratified permutation z test"
     assert not result.single_trial
     text = render_trial_comparison(result)
     assert text.startswith(f"verdict: {result.verdict} (these fixed tasks")
@@ -216,16 +219,20 @@ def test_no_paired_task_is_insufficient_data() -> None:
 
 def test_plan_mde_shrinks_with_trials_and_uses_earlier_variance() -> None:
     one, three = plan_mde(154, 1, 0.5), plan_mde(154, 3, 0.5)
-    # The default variance is rate (1 - rate): se = sqrt(2 x 0.25 / 154).
-    assert one.standard_error == pytest.approx(math.sqrt(0.5 / 154))
-    assert one.mde == pytest.approx((Z + scipy_stats.norm.ppf(0.8)) * one.standard_error)
-    assert three.mde == pytest.approx(one.mde / math.sqrt(3))
+    assert one.mde is not None and three.mde is not None and three.mde < one.mde
+    # The default variance is its bound rate (1 - rate); the verdict is the one compare_trials runs.
+    assert one.within_variance == three.within_variance == 0.25
+    assert "exact McNemar" in one.render() and "stratified permutation z test" in three.render()
+    assert plan_mde(154, 3, 0.5).mde == three.mde  # seeded: the same plan every time it is asked
     earlier = trial_variance(group_trials(rows({"a": [S, F, S, F], "b": [S, S, S, S], "c": [F]})))
     assert earlier is not None and earlier.tasks == 2
     assert earlier.variance == pytest.approx((2 * 2 / (4 * 3) + 0) / 2)
     planned = plan_mde(154, 3, 0.5, earlier)
-    assert planned.mde < three.mde and "earlier runs (2 tasks" in planned.render()
-    assert plan_mde(10, 1, 0.0).within_variance == 0.25  # nothing to plan with: the maximum
+    assert planned.mde is not None and planned.mde < three.mde and "earlier runs (2 tasks" in planned.render()
+    # A baseline that never succeeds: its tasks never vary; 10 tasks cannot show 80 % power.
+    hopeless = plan_mde(10, 1, 0.0)
+    assert hopeless.within_variance == 0 and hopeless.mde is None and hopeless.largest == 0.5
+    assert "detectable difference: none at 80 % power" in hopeless.render()
     with pytest.raises(ValueError, match="trials must be a whole number >= 1"):
         plan_mde(10, 0, 0.5)
 

@@ -4,8 +4,11 @@ citations: docs/statistics.md. Needs SciPy (the `stats` extra), imported when fi
 
     estimates.py   group_trials, suite_rate (two estimands), pass_at_k, pass_hat_k
     paired.py      compare_trials / compare_trial_rows: per-task differences, interval, test, MDE
-    planning.py    trial_variance, plan_mde: the MDE of a design before a run (`arena plan`)
+    planning.py    trial_variance, plan_mde, design_mde: the MDE of a design before a run (`arena plan`)
+                   and of one that was run, by simulating the verdict the product runs
     adaptive.py    AdaptiveState, next_batch, record, decide, fixed_design_cost (needs numpy)
+    adaptive_limits.py  the adaptive design's smallest batch (2) and why, without numpy
+    report.py      the run's K, headline and pass@K / pass^K lines for summaries and reports
     flaky.py       task_stability, flaky_tasks
     simulation.py  simulated outcomes with known probabilities (tests and bench/)
 """

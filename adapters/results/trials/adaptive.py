@@ -44,7 +44,8 @@ any one of them: the running intersection of the intervals is reported. The mixt
     better       the interval lies above 0
     worse        the interval lies below 0
     equivalent   the interval lies within [-margin, +margin]
-    budget_exhausted   the episode budget is spent and none of the above holds
+    budget_exhausted   the episode budget is spent (less than a batch of MIN_BATCH_SIZE left) and
+                       none of the above holds
     continue     otherwise
 """
 
@@ -52,11 +53,12 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr
 
 from adapters.results.rates import is_sound
+from adapters.results.trials.adaptive_limits import MIN_BATCH_SIZE, check_batch_size
 from adapters.results.trials._scipy import STATS_EXTRA_HINT, StatsExtraMissing, normal_quantile, scipy_optimize
 
 try:
@@ -122,6 +124,8 @@ class AdaptiveState(BaseModel):
     # for its draw from here on, not through every draw of the design. Not kept across a
     # resume; 0 is always right, only slower.
     _settled_before: int = PrivateAttr(default=0)
+    # The looks so far (`_looks`), extended as batches complete; rebuilt after a resume.
+    _look_memo: Any = PrivateAttr(default=None)
 
     @classmethod
     def start(
@@ -235,12 +239,12 @@ def next_batch(state: AdaptiveState, batch_size: int) -> list[tuple[str, Model]]
     """The next trials to run, as (task_id, model), and records them as requested in `state`.
 
     While the first pass is incomplete: its missing trials (a fixed design). After it: up to
-    `batch_size` arms drawn at random (with replacement) by the batch's allocation, seeded by
-    (seed, batch number). Never more than the budget allows; empty once the budget is spent or
-    while a first-pass trial is still awaited.
+    `batch_size` (at least MIN_BATCH_SIZE) arms drawn at random (with replacement) by the
+    batch's allocation, seeded by (seed, batch number). Never more than the budget allows, and
+    never a batch of one; empty once the budget is spent or while a first-pass trial is still
+    awaited.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+    check_batch_size(batch_size)
     room = state.budget - state.requested_trials
     missing = state.first_pass_missing()
     if missing or state.pending_first_pass:
@@ -248,8 +252,8 @@ def next_batch(state: AdaptiveState, batch_size: int) -> list[tuple[str, Model]]
         state.pending_first_pass.extend(chosen)
         return [(state.task_ids[i], m) for i, m in chosen]
     size = min(batch_size, room)
-    if size <= 0:
-        return []
+    if size < MIN_BATCH_SIZE:
+        return []  # a last trial of budget is left unspent rather than drawn as a batch of one
     pi, mu, centre, variance = _allocation(state)
     v0 = first_pass_variance(state)
     weight = v0 / variance
@@ -374,62 +378,90 @@ class AdaptiveReport(BaseModel):
     alpha: float
     method: str = METHOD
 
+    def summary(self) -> str:
+        """The decision in one line: the estimate, the anytime-valid interval, the trials spent."""
+        if self.interval is None or self.estimate is None:
+            return f"decision: {self.decision} (the first pass is not complete; {self.episodes} trials spent)"
+        return (f"decision: {self.decision} (difference {100 * self.estimate:+.1f} points, "
+                f"{100 * (1 - self.alpha):.0f} % anytime-valid interval [{100 * self.interval[0]:+.1f}, "
+                f"{100 * self.interval[1]:+.1f}], margin +/-{100 * self.margin:.1f}; {self.episodes} of "
+                f"{self.budget} trials spent)")
+
     def render(self) -> str:
         """Plain text: the decision, then the interval look by look."""
         if self.interval is None or self.estimate is None:
-            return f"decision: {self.decision} (the first pass is not complete; {self.episodes} trials spent)"
-        lines = [
-            f"decision: {self.decision} (difference {100 * self.estimate:+.1f} points, "
-            f"{100 * (1 - self.alpha):.0f} % anytime-valid interval [{100 * self.interval[0]:+.1f}, "
-            f"{100 * self.interval[1]:+.1f}], margin +/-{100 * self.margin:.1f}; {self.episodes} of "
-            f"{self.budget} trials spent)",
-            f"{'look':>5} {'trials':>7} {'estimate':>9} {'interval':>18}",
-        ]
+            return self.summary()
+        lines = [self.summary(), f"{'look':>5} {'trials':>7} {'estimate':>9} {'interval':>18}"]
         lines += [f"{s.look:>5} {s.episodes:>7} {100 * s.estimate:>+8.1f} "
                   f"{f'[{100 * s.lower:+.1f}, {100 * s.upper:+.1f}]':>18}" for s in self.history]
         return "\n".join(lines)
 
 
-def _looks(state: AdaptiveState) -> list[tuple[float, float, float, float, int]]:
+Look = tuple[float, float, float, float, int]  # estimate, standard error, lower, upper, trials spent
+
+
+class _LookMemo:
+    """The looks computed so far and the sums after the last completed batch: a completed
+    batch's draws never change, so each look adds only the batches completed since."""
+
+    def __init__(self, looks: list[Look], rho2: float, numerator: float, variance: float, spent: int) -> None:
+        self.looks, self.rho2 = looks, rho2
+        self.numerator, self.weights, self.variance, self.spent = numerator, 1.0, variance, spent
+        self.shortfall = 1.0  # the largest ratio of a batch's sample variance to its prediction
+        self.next_draw = 0  # index of the first draw of the next batch to add
+
+
+def _looks(state: AdaptiveState) -> list[Look]:
     """(estimate, standard error, lower, upper, trials spent) at every look, before intersecting."""
     if not state.first_pass_complete:
         return []
-    n, s = _first_pass_counts(state)
-    theta0 = float(np.mean(s[1] / n[1] - s[0] / n[0]))
-    v0 = first_pass_variance(state)
-    rho2 = _rho2(state, v0)
-    first_pass_spent = state.spent_trials - sum(1 for d in state.draws if d.success is not None or d.dropped)
-    looks = []
-    numerator, weights, variance, spent = theta0, 1.0, v0, first_pass_spent
-    half = _boundary(variance, rho2, state.alpha)
-    looks.append((theta0, math.sqrt(v0), theta0 - half, theta0 + half, spent))
-    by_batch: dict[int, list[Draw]] = {}
-    for d in state.draws:
-        by_batch.setdefault(d.batch, []).append(d)
-    for batch in sorted(by_batch):
-        draws = by_batch[batch]
-        if any(d.success is None and not d.dropped for d in draws):
+    memo = state._look_memo
+    if memo is None or memo.next_draw > len(state.draws):
+        n, s = _first_pass_counts(state)
+        theta0 = float(np.mean(s[1] / n[1] - s[0] / n[0]))
+        v0 = first_pass_variance(state)
+        rho2 = _rho2(state, v0)
+        first_pass_spent = state.spent_trials - sum(1 for d in state.draws if d.success is not None or d.dropped)
+        half = _boundary(v0, rho2, state.alpha)
+        memo = _LookMemo([(theta0, math.sqrt(v0), theta0 - half, theta0 + half, first_pass_spent)], rho2, theta0, v0,
+                         first_pass_spent)
+        state._look_memo = memo
+    draws = state.draws
+    while memo.next_draw < len(draws):
+        end = memo.next_draw
+        while end < len(draws) and draws[end].batch == draws[memo.next_draw].batch:
+            end += 1
+        batch = draws[memo.next_draw:end]
+        if any(d.success is None and not d.dropped for d in batch):
             break  # looks happen at completed batches only (module docstring)
-        spent += len(draws)
-        counted = [d for d in draws if not d.dropped]
+        memo.next_draw = end
+        memo.spent += len(batch)
+        counted = [d for d in batch if not d.dropped]
         xs = [d.centre + (1.0 if d.model == "candidate" else -1.0) * (float(d.success) - d.prediction)
               / (state.tasks * d.probability) for d in counted]
         if counted:
             # The batch's pseudo-outcomes are independent given the past: their sample variance
             # estimates Var(X | past). The prediction made at the batch's start is the floor (a
-            # small batch's sample variance can be 0 by chance).
+            # small batch's sample variance can be 0 by chance). A batch left with one counted
+            # trial (the others' environments unsound) has no sample variance: its prediction is
+            # scaled by the largest shortfall seen in earlier batches (MIN_BATCH_SIZE's reason).
             batch_variance = counted[0].variance
             if len(xs) >= 2:
-                batch_variance = max(batch_variance, float(np.var(xs, ddof=1)))
+                mean = sum(xs) / len(xs)
+                sample = sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)
+                memo.shortfall = max(memo.shortfall, sample / batch_variance)
+                batch_variance = max(batch_variance, sample)
+            else:
+                batch_variance *= memo.shortfall
             weight = counted[0].weight
-            numerator += weight * sum(xs)
-            weights += weight * len(xs)
-            variance += weight**2 * batch_variance * len(xs)
-        half = _boundary(variance, rho2, state.alpha)
-        estimate = numerator / weights
-        looks.append((estimate, math.sqrt(variance) / weights, estimate - half / weights, estimate + half / weights,
-                      spent))
-    return looks
+            memo.numerator += weight * sum(xs)
+            memo.weights += weight * len(xs)
+            memo.variance += weight**2 * batch_variance * len(xs)
+        half = _boundary(memo.variance, memo.rho2, state.alpha)
+        estimate = memo.numerator / memo.weights
+        memo.looks.append((estimate, math.sqrt(memo.variance) / memo.weights, estimate - half / memo.weights,
+                           estimate + half / memo.weights, memo.spent))
+    return list(memo.looks)
 
 
 def decide(state: AdaptiveState) -> AdaptiveReport:
@@ -456,7 +488,8 @@ def decide(state: AdaptiveState) -> AdaptiveReport:
         decision = "worse"
     elif -state.margin <= last.lower and last.upper <= state.margin:
         decision = "equivalent"
-    elif state.requested_trials >= state.budget and not any(d.success is None and not d.dropped for d in state.draws):
+    elif (state.budget - state.requested_trials < MIN_BATCH_SIZE
+          and not any(d.success is None and not d.dropped for d in state.draws)):
         decision = "budget_exhausted"
     else:
         decision = "continue"

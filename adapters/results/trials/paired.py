@@ -27,7 +27,11 @@ tasks like these (the tasks as a sample of a population):
     the paired t interval and one-sample t test on the d_i (scipy.stats.ttest_1samp).
 
 The minimum detectable effect (80 % power, alpha 0.05) of the design that was run comes with
-each estimand.
+each estimand: for these tasks simulated for the verdict above as `arena plan` does
+(planning.design_mde, from each paired task's trials, the baseline's rate and trial-to-trial
+variance; `TrialComparison.detectable_difference`, computed when shown), since the textbook
+(z_{1-alpha/2} + z_power) x SE promises more power than that verdict has; for tasks like these the
+t-test formula.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from adapters.results.stats import Interval, mcnemar_exact, paired_difference_interval
 from adapters.results.trials._scipy import normal_quantile, scipy_stats, t_quantile
@@ -48,9 +52,13 @@ from adapters.results.trials.estimates import (
     group_trials,
     unbiased_trial_variance,
 )
-from adapters.results.trials.planning import DEFAULT_POWER, mde_from_standard_error
+from adapters.results.trials.planning import DEFAULT_POWER, PlannedMDE, TrialVariance, design_mde
 
-Verdict = Literal["improved", "regressed", "no significant difference", "insufficient data"]
+Verdict = Literal["improved", "regressed", "no significant difference", "insufficient data", "not tested"]
+ADAPTIVE_NOTE = (
+    "trials collected by the adaptive design: described, not tested (a fixed-sample test or interval does not hold "
+    "on trials chosen by what earlier trials showed; the design's anytime-valid interval is the verdict's basis)"
+)
 
 
 class PairedTask(BaseModel):
@@ -108,6 +116,35 @@ class TrialComparison(BaseModel):
     difference: float | None  # candidate minus baseline
     these_tasks: DifferenceEstimate
     tasks_like_these: DifferenceEstimate
+    # False once `descriptive()`: the trials were collected adaptively, so no fixed-sample test,
+    # interval or detectable difference is given for them.
+    tested: bool = True
+    _detectable: PlannedMDE | None = PrivateAttr(default=None)
+
+    def detectable_difference(self) -> PlannedMDE | None:
+        """These tasks: the smallest improvement the verdict of this design (each paired task's
+        sound trials in both runs) detects with `power`, simulated as `arena plan` does from the
+        baseline's rate and trial-to-trial variance; None without paired tasks or when not tested.
+        Computed when first asked (about 0.5 s for 154 tasks), then kept."""
+        if not self.tested or not self.paired or self.baseline_rate is None:
+            return None
+        if self._detectable is None:
+            repeated = [unbiased_trial_variance(t.baseline_successes, t.baseline_trials)
+                        for t in self.paired if t.baseline_trials >= 2]
+            variance = TrialVariance(variance=sum(repeated) / len(repeated), tasks=len(repeated)) if repeated else None
+            self._detectable = design_mde([t.baseline_trials for t in self.paired],
+                                          [t.candidate_trials for t in self.paired], self.baseline_rate, variance,
+                                          alpha=self.alpha, power=self.power)
+        return self._detectable
+
+    def descriptive(self) -> TrialComparison:
+        """This comparison without its tests, intervals and detectable differences: for trials an
+        adaptive design chose (flows/baselines.py), whose verdict is the design's own."""
+        blank = {"interval": None, "standard_error": None, "statistic": None, "p_value": None, "mde": None,
+                 "interval_method": "not applied", "test_method": "not applied", "mde_note": ADAPTIVE_NOTE}
+        return self.model_copy(update={"tested": False,
+                                       "these_tasks": self.these_tasks.model_copy(update=blank),
+                                       "tasks_like_these": self.tasks_like_these.model_copy(update=blank)})
 
     def estimate(self, estimand: Estimand | None = None) -> DifferenceEstimate:
         """The estimate for an estimand (default: the verdict's)."""
@@ -115,8 +152,11 @@ class TrialComparison(BaseModel):
 
     @property
     def verdict(self) -> Verdict:
-        """improved / regressed when the verdict estimand's test gives p < alpha."""
+        """improved / regressed when the verdict estimand's test gives p < alpha; "not tested" for
+        a descriptive comparison (`descriptive`)."""
         chosen = self.estimate()
+        if not self.tested:
+            return "not tested"
         if not self.paired or chosen.p_value is None:
             return "insufficient data"
         if chosen.p_value >= self.alpha or not self.difference:
@@ -135,6 +175,14 @@ def render_trial_comparison(comparison: TrialComparison) -> str:
     trials = "one trial per task and run" if c.single_trial else (
         f"{sum(t.baseline_trials for t in c.paired)} baseline / {sum(t.candidate_trials for t in c.paired)} "
         "candidate sound trials")
+    if not c.tested:
+        lines = [ADAPTIVE_NOTE,
+                 f"paired tasks: {len(c.paired)} ({trials}); not compared: {len(c.unpaired)}; only in the baseline: "
+                 f"{len(c.only_in_baseline)}; only in the candidate: {len(c.only_in_candidate)}"]
+        if c.difference is not None:
+            lines.append(f"success (mean over tasks): baseline {100 * (c.baseline_rate or 0):.1f} %, candidate "
+                         f"{100 * (c.candidate_rate or 0):.1f} %, difference {_pts(c.difference)} points")
+        return "\n".join(lines) + "\n"
     lines = [
         f"verdict: {c.verdict} ({ESTIMAND_TEXT[c.estimand]}; {chosen.test_method}, p = "
         f"{'n/a' if chosen.p_value is None else f'{chosen.p_value:.3g}'}, alpha {c.alpha:g})",
@@ -147,6 +195,11 @@ def render_trial_comparison(comparison: TrialComparison) -> str:
     for estimate in (c.these_tasks, c.tasks_like_these):
         interval = "n/a" if estimate.interval is None else f"[{_pts(estimate.interval[0])}, {_pts(estimate.interval[1])}]"
         mde = f"{100 * estimate.mde:.1f} points" if estimate.mde is not None else f"n/a ({estimate.mde_note})"
+        if estimate.estimand == "these_tasks":
+            planned = c.detectable_difference()
+            mde = "n/a" if planned is None else (
+                f"{100 * planned.mde:.1f} points (simulated for this verdict, as arena plan does)" if planned.mde
+                is not None else f"none up to {100 * planned.largest:.1f} points (simulated for this verdict)")
         lines.append(f"  {ESTIMAND_TEXT[estimate.estimand]}: {100 * c.confidence:.0f} % interval {interval} points "
                      f"({estimate.interval_method}); detectable difference at {100 * c.power:.0f} % power: {mde}")
     return "\n".join(lines) + "\n"
@@ -225,16 +278,15 @@ def _permutation_variance(task: PairedTask) -> float:
     return s * (m - s) / ((m - 1) * task.baseline_trials * task.candidate_trials)
 
 
-def _these_tasks(tasks: list[PairedTask], difference: float, confidence: float, alpha: float, power: float,
-                 single_trial: bool) -> DifferenceEstimate:
+def _these_tasks(tasks: list[PairedTask], difference: float, confidence: float, single_trial: bool
+                 ) -> DifferenceEstimate:
     z = normal_quantile(1 - (1 - confidence) / 2)
     size = len(tasks)
     variance = sum(_task_variance(t) for t in tasks) / size**2
     se = math.sqrt(variance)
-    note = ""
-    mde: float | None = mde_from_standard_error(se, alpha, power)
-    if variance == 0:
-        mde, note = None, "no trial varied within a task and no task was discordant: nothing to estimate it from"
+    # Simulated for this verdict when shown (module docstring): the textbook formula overstates its power.
+    mde: float | None = None
+    note = "simulated when shown: TrialComparison.detectable_difference()"
     if single_trial:
         fixed = sum(1 for t in tasks if t.candidate_successes and not t.baseline_successes)
         broken = sum(1 for t in tasks if t.baseline_successes and not t.candidate_successes)
@@ -335,7 +387,7 @@ def compare_trials(
     difference = sum(t.difference for t in tasks) / size
     return TrialComparison(
         **common, baseline_rate=base_rate, candidate_rate=new_rate, difference=difference,
-        these_tasks=_these_tasks(tasks, difference, confidence, alpha, power, single),
+        these_tasks=_these_tasks(tasks, difference, confidence, single),
         tasks_like_these=_tasks_like_these(tasks, difference, confidence, alpha, power),
     )
 

@@ -5,7 +5,8 @@ Nothing here runs an agent: a "trial" is a Bernoulli draw with the task's probab
 
     task_probabilities(tasks, rng)             a WAA-like mix: tasks always failed, always solved, in between
     shifted(p, difference, rng)                a candidate whose mean is `difference` above p's
-    run_adaptive(p, q, rng, budget=...)        the adaptive design played to its decision
+    run_adaptive(p, q, rng, budget=...)        the adaptive design played to its decision (given_trials=K:
+                                               the first pass handed in, as the model-update flow does)
     run_fixed(p, q, trials, rng)               a fixed design's comparison (paired.py)
 """
 
@@ -91,20 +92,31 @@ def run_adaptive(
     rng: np.random.Generator,
     *,
     budget: int,
-    batch_size: int = 40,
+    batch_size: int = 16,
     margin: float = 0.05,
     alpha: float = 0.05,
     seed: int = 0,
     initial_trials: int = 1,
+    given_trials: int | None = None,
     until_width: float | None = None,
 ) -> AdaptiveRun:
     """The adaptive design played until it decides, outcomes drawn with p (baseline) and q; with
     `until_width`, until its interval is at most that wide (or the budget is spent), whatever
-    it decided on the way."""
+    it decided on the way.
+
+    With `given_trials` K the first pass is handed in, as the model-update flow does (the two
+    runs' K trials per task), and `budget` counts the further trials only (the flow's default
+    is 2 x 3 x tasks); without it the design requests its first pass (`initial_trials` per task
+    and model) from `budget`."""
     ids = [f"task-{i}" for i in range(len(p))]
     index = {t: i for i, t in enumerate(ids)}
+    handed_in: dict[str, dict[str, list[bool]]] = {}
+    if given_trials is not None:
+        initial_trials = given_trials
+        handed_in = {name: {t: [bool(u < probs[i]) for u in rng.random(given_trials)] for i, t in enumerate(ids)}
+                     for name, probs in (("baseline_trials", p), ("candidate_trials", q))}
     state = AdaptiveState.start(ids, budget=budget, margin=margin, alpha=alpha, seed=seed,
-                                initial_trials=initial_trials)
+                                initial_trials=initial_trials, **handed_in)  # type: ignore[arg-type]
     probability = {"baseline": p, "candidate": q}
     while True:
         report = decide(state)
