@@ -22,8 +22,9 @@ change is evidence) and noisy ones, and it says how many nights it looked at. A 
 flagged again in the same direction right after a flagged one, and is no different from it, is
 the same change **continuing**, not a new one.
 
-Each night's interval is trial-aware: Wilson's over its tasks for single trials, the "these
-tasks" interval of adapters/results/trials/estimates.py where trials were run (it needs SciPy).
+Each night's interval is trial-aware and the run summary's headline one: Wilson's over its tasks
+for single trials, the "tasks like these" interval of adapters/results/trials/estimates.py where
+trials were run (it needs SciPy).
 """
 
 from __future__ import annotations
@@ -284,7 +285,7 @@ def _rate_and_interval(tasks: Sequence[TaskNight], rows: Sequence[Mapping[str, A
         estimate = suite_rate(group_trials([r for r in rows if is_sound(r["outcome"])]))
     except ExtraMissing:
         return rate, None, "trials: interval needs the stats extra"
-    return rate, estimate.these_tasks.interval, "trials, these tasks"
+    return rate, estimate.tasks_like_these.interval, "trials, tasks like these"
 
 
 def _domains(tasks: Sequence[TaskNight], rows: Sequence[Mapping[str, Any]]) -> list[DomainNight]:

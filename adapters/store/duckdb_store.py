@@ -775,6 +775,8 @@ class ResultStore:
                 "coalesce(?, prefect_flow_run_id), controller = ?, heartbeat_at = ? WHERE run_id = ?",
                 [run.status, run.prefect_flow_run_id, holder, _utcnow(), run.run_id],
             )
+            if run.run_config:  # the latest invocation's configuration: a resume may ask for more trials
+                conn.execute("UPDATE runs SET run_config = ? WHERE run_id = ?", [run_config_json, run.run_id])
             if selection_json is not None and (change_selection or stored is None):
                 conn.execute(
                     "UPDATE runs SET selected_task_ids = ?, task_count = ? WHERE run_id = ?",

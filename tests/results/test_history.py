@@ -101,7 +101,7 @@ def test_nights_with_trials_have_trial_aware_intervals(tmp_path: Path) -> None:
             _record_night(store, night, {task: [rng.random() < 0.7 for _ in range(3)] for _, task in _tasks()})
     history = baseline_history(db, "nightly-b")
     night = history.nights[-1]
-    assert night.trials_per_task == 3 and night.interval_method == "trials, these tasks"
+    assert night.trials_per_task == 3 and night.interval_method == "trials, tasks like these"
     # Trials of a task are not independent draws: the interval is wider than Wilson over trials.
     from adapters.results.stats import wilson_interval
 

@@ -595,3 +595,14 @@ def test_expected_seconds_prefers_the_same_agent_and_skips_infrastructure_errors
         assert store.expected_seconds(["t1", "t2", "t3", "t4"], agent="scripted") == {"t1": 10.0, "t2": 30.0}
         assert store.expected_seconds(["t1"], agent="other") == {"t1": 30.0}
         assert store.expected_seconds([], agent="scripted") == {}
+
+
+def test_a_resume_records_its_own_configuration(location: str) -> None:
+    """`arena run --run-id R --trials 5` on a run of 1 trial: the stored configuration says 5, so
+    reports compute pass@k for the K the run now asks for."""
+    with ResultStore(location) as store:
+        store.start_run(_run(run_config={"trials": 1, "pool_size": 2}))
+        store.start_run(_run(run_config={"trials": 5, "pool_size": 2}), resume=True)
+        assert store.get_run(RUN).run_config == {"trials": 5, "pool_size": 2}
+        store.start_run(_run(), resume=True)  # a resume that says nothing keeps what is stored
+        assert store.get_run(RUN).run_config["trials"] == 5
