@@ -57,6 +57,7 @@ from prefect.schedules import Cron
 from prefect.utilities.callables import ParameterSchema
 
 from deployments.health import keep_active
+from deployments.scheduled_names import keep_naming
 from flows.baselines import (
     DEFAULT_BASELINE,
     DEFAULT_MODEL_BASELINE,
@@ -66,6 +67,7 @@ from flows.baselines import (
     find_baseline,
     load_baselines,
     nightly_baselines,
+    nightly_run_name,
     resolve_baselines_file,
 )
 from flows.notify import MODEL_UPDATED
@@ -177,6 +179,9 @@ def main() -> None:
     stop = threading.Event()
     names = [f"{d.flow_name}/{d.name}" for d in deployments]
     threading.Thread(target=keep_active, args=(names, stop), name="keep-deployments-active", daemon=True).start()
+    nightly = f"{nightly_baselines.name}/nightly-baselines"
+    threading.Thread(target=keep_naming, args=(nightly, nightly_run_name, stop), name="name-scheduled-nights",
+                     daemon=True).start()
     try:
         serve(*deployments, limit=limit if limit > 0 else None)
     finally:

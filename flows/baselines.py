@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+from prefect.artifacts import create_link_artifact, create_markdown_artifact
 from prefect.states import Cancelled, Completed, Failed, State
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -59,6 +59,7 @@ from flows.bookkeeping import best_effort, slug
 from flows.cancellation import cancellation_requested
 from flows.doctor import check_model
 from flows.evaluate_suite import RunRefused, flow_run_url, run_suite
+from flows.night_report import NightReport
 from flows.run_config import SAFE_RUN_ID, RunOutcome, SuiteRunConfig
 from flows.run_states import ended, run_state
 
@@ -431,12 +432,18 @@ def _run_baseline(config: SuiteRunConfig) -> RunOutcome:
 
 
 def _nightly_run_name() -> str:
-    """nightly-<date and time it was scheduled for, UTC>, e.g. `nightly-2026-11-25-0200utc`."""
     from datetime import datetime, timezone
 
     from prefect.runtime import flow_run
 
-    when = flow_run.scheduled_start_time or datetime.now(timezone.utc)
+    return nightly_run_name(flow_run.scheduled_start_time or datetime.now(timezone.utc))
+
+
+def nightly_run_name(when: Any) -> str:
+    """nightly-<date and time it was scheduled for, UTC>, e.g. `nightly-2026-11-25-0200utc`: the
+    name of a night's run, and of one scheduled that has not started (deployments/serve.py)."""
+    from datetime import timezone
+
     return f"nightly-{when.astimezone(timezone.utc):%Y-%m-%d-%H%M}utc"
 
 
@@ -487,12 +494,17 @@ def nightly_baselines() -> State:
     baselines = [b for b in load_baselines(OperatorSettings.from_env().baselines_file) if b.nightly]
     outcomes: dict[str, RunOutcome] = {}
     errors: dict[str, str] = {}
+    report = NightReport([b.name for b in baselines])
     for baseline in baselines:
+        report.started(baseline.name)
         try:
-            outcomes[baseline.name] = _run_baseline(baseline_config(baseline, trigger="nightly"))
+            config = baseline_config(baseline, trigger="nightly")
+            outcomes[baseline.name] = _run_baseline(config)
+            report.finished(baseline.name, config, outcomes[baseline.name])
         except Exception as exc:  # noqa: BLE001 - reported below, the other baselines still run
             logger.error("baseline %s failed: %s", baseline.name, exc)
             errors[baseline.name] = " ".join(str(exc).split())[:300]
+            report.failed(baseline.name, errors[baseline.name])
         stopped = outcomes.get(baseline.name)
         if (stopped is not None and stopped.stopped_by is not None) or cancellation_requested():
             break
@@ -501,9 +513,7 @@ def nightly_baselines() -> State:
              for name, o in outcomes.items()] + [f"{name}: failed ({error})" for name, error in errors.items()]
     not_run = [b.name for b in baselines if b.name not in outcomes and b.name not in errors]
     lines += [f"{name}: not run" for name in not_run]
-    table = [{"baseline": line.split(":", 1)[0], "result": line.split(":", 1)[1].strip()} for line in lines]
-    best_effort("publishing the night's table", lambda: create_table_artifact(
-        key="waa-nightly", table=table, description="The night's baselines, each linked above"))
+    report.not_run(not_run)
     run_ids = {name: o.run_id for name, o in outcomes.items()}
     message = "; ".join(lines)
     if any(o.stopped_by is not None for o in outcomes.values()) or (not_run and cancellation_requested()):

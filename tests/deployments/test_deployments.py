@@ -341,3 +341,27 @@ def test_model_updates_on_an_agent_without_a_model_are_a_file_error(tmp_path: Pa
                     '[baselines.model_updates]\nmodels = ["x"]\n')
     with pytest.raises(BaselinesFileError, match="model_updates on the 'scripted' agent, which calls no model"):
         load_baselines(file)
+
+
+def test_scheduled_nights_are_named_as_the_nights_that_ran(prefect_server: None, own_prefect_server: str) -> None:
+    """Prefect's scheduler creates upcoming runs under generated names; the serve process renames
+    them from their scheduled time as the flow names a night (deployments/scheduled_names.py)."""
+    import datetime as dt
+
+    from prefect.client.orchestration import get_client
+    from prefect.states import Scheduled
+
+    from deployments.scheduled_names import name_scheduled_runs
+    from deployments.serve import build_nightly_deployment
+    from flows.baselines import nightly_run_name
+
+    deployment_id = build_nightly_deployment().apply()
+    when = dt.datetime(2030, 1, 2, 2, 0, tzinfo=dt.timezone.utc)
+    with get_client(sync_client=True) as client:
+        runs = [client.create_flow_run_from_deployment(deployment_id, state=Scheduled(scheduled_time=when + dt.timedelta(days=k)))
+                for k in range(2)]
+        assert not any(r.name.startswith("nightly-") for r in runs)  # Prefect's generated names
+        assert name_scheduled_runs(client, "nightly-baselines/nightly-baselines", nightly_run_name) == 2
+        assert [client.read_flow_run(r.id).name for r in runs] == ["nightly-2030-01-02-0200utc",
+                                                                     "nightly-2030-01-03-0200utc"]
+        assert name_scheduled_runs(client, "nightly-baselines/nightly-baselines", nightly_run_name) == 0

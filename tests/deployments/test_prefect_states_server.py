@@ -212,3 +212,63 @@ def test_cancelling_the_nightly_or_its_evaluation_stops_new_work_and_both_say_ca
     (recorded,) = _store(db, "SELECT count(*) FROM task_results")[0]
     assert recorded <= recorded_at_cancel + 1 and recorded < 16, (recorded, recorded_at_cancel)
     assert "Traceback" not in log, log
+
+
+def test_a_night_that_regresses_is_flagged_on_its_page_and_its_event_fires_an_automation(
+    server: PrefectServer, client: Any, tmp_path: Path
+) -> None:
+    """The nightly's page shows its progress over the baselines, each baseline's rate and its
+    history; a night whose tasks are worse than its recent past sends `waa.baseline.regression`,
+    and an automation on it (as docs/deployments.md writes it) calls a webhook."""
+    from prefect.automations import Automation
+    from prefect.blocks.webhook import Webhook
+    from prefect.events.actions import CallWebhook
+    from prefect.events.schemas.automations import EventTrigger, Posture
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from adapters.waa.catalog import bundled_suite_dir
+
+    for run in _flow_runs(client, "nightly-baselines") + _flow_runs(client, "evaluate-suite"):
+        client.delete_flow_run(run.id)
+    hook = _Webhook()
+    with temporary_settings({PREFECT_API_URL: server.api_url}):
+        block_id = Webhook(url=hook.url, method="POST").save("regression-hook", overwrite=True)
+        Automation(
+            name="WAA regressions",
+            trigger=EventTrigger(expect={"waa.baseline.regression"}, match={"prefect.resource.id": "waa.baseline.*"},
+                                 posture=Posture.Reactive, threshold=1),
+            actions=[CallWebhook(block_document_id=block_id,
+                                 payload="{{ event.resource['prefect.resource.name'] }} | {{ event.payload.summary }}")],
+        ).create()
+    tasks = ["notepad-append-line", "notepad-draft-documents", "notepad-replace-notes", "settings-notifications-off"]
+    db, art = tmp_path / "arena.duckdb", tmp_path / "art"
+    baseline = (f'[[baselines]]\nname = "watched"\nagent = "scripted"\npool_size = 2\ntask_ids = {json.dumps(tasks)}\n'
+                f'db_path = "{db}"\nartifacts_dir = "{art}"\n')
+    assert _nightly(server, tmp_path, baseline).wait(timeout=300) == 0, tail(tmp_path / "nightly.log")
+    # Three more good nights before it, as copies of this one (earlier, other run ids).
+    with duckdb.connect(str(db)) as con:
+        (good,) = con.execute("SELECT run_id FROM runs").fetchone()
+        for k in (1, 2, 3):
+            con.execute(f"INSERT INTO runs SELECT * REPLACE (run_id || '-{k}' AS run_id, "
+                        f"started_at - INTERVAL {k} DAY AS started_at, finished_at - INTERVAL {k} DAY AS finished_at) "
+                        "FROM runs WHERE run_id = ?", [good])
+            con.execute(f"INSERT INTO task_results SELECT * REPLACE (run_id || '-{k}' AS run_id) FROM task_results "
+                        "WHERE run_id = ?", [good])
+    # Tonight the notepad tasks' plans are broken on purpose (the agent gives up at once).
+    plans = json.loads((bundled_suite_dir() / "solutions.json").read_text())
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({k: ([{"done": True}] if k.startswith("notepad") else v) for k, v in plans.items()}))
+    assert _nightly(server, tmp_path, baseline + f'[baselines.agent_options]\nplans_path = "{broken}"\n').wait(
+        timeout=300) == 0, tail(tmp_path / "nightly.log")
+
+    tonight = max(_flow_runs(client, "nightly-baselines"), key=lambda r: r.start_time)
+    artifacts = sorted((a for a in client.read_artifacts() if a.flow_run_id == tonight.id), key=lambda a: a.updated)
+    progress = [a for a in artifacts if a.type == "progress"]
+    assert progress and float(progress[-1].data) == 100.0, [(a.type, a.data) for a in artifacts]
+    table = [a for a in artifacts if a.key == "waa-nightly"][-1]  # its latest version
+    rows = json.loads(table.data) if isinstance(table.data, str) else table.data
+    assert rows[0]["baseline"] == "watched" and rows[0]["rate"] == "25.0%" and "regression" in rows[0]["change"]
+    history = [a for a in artifacts if a.key == "waa-history-watched"][-1]
+    assert "REGRESSION" in history.data and "notepad-append-line" in history.data
+    posts = wait_for("the regression automation's webhook call", lambda: hook.received, 90)
+    assert posts[0].startswith("watched | regression: 1 solved where its last 4 nights give 4.0"), posts
