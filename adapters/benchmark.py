@@ -255,7 +255,10 @@ class ModelUsage(BaseModel):
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float = 0.0  # of the priced calls only
+    # Models called without a known price: their calls cost something nobody knows, so the usage's
+    # cost is "unpriced" (stored as NULL), never $0.
+    unpriced: list[str] = Field(default_factory=list)
 
     def __add__(self, other: ModelUsage) -> ModelUsage:
         return ModelUsage(
@@ -263,6 +266,7 @@ class ModelUsage(BaseModel):
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             cost_usd=self.cost_usd + other.cost_usd,
+            unpriced=list(dict.fromkeys(self.unpriced + other.unpriced)),
         )
 
 

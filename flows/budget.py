@@ -24,17 +24,22 @@ class RunBudget:
         self.tokens = prior_tokens
         self.pool: VMPool | None = None
         self.reason: str | None = None
+        self.unpriced: list[str] = []  # models called without a known price: the cost is then not known
         self._lock = threading.Lock()
 
     @classmethod
     def for_run(cls, config: SuiteRunConfig, store: ResultStore, run_id: str) -> RunBudget:
         """A budget that counts the cost and tokens of the run's attempts already stored."""
-        cost, tokens = 0.0, 0
+        cost, tokens, unpriced = 0.0, 0, False
         for row in store.results(run_id):
             cost += row.get("cost_usd") or 0.0
             cost += (row.get("vm_seconds") or 0.0) / 3600.0 * config.vm_hour_price_usd
             tokens += (row.get("input_tokens") or 0) + (row.get("output_tokens") or 0)
-        return cls(config, prior_cost_usd=cost, prior_tokens=tokens)
+            unpriced = unpriced or (bool(row.get("model_calls")) and row.get("cost_usd") is None)
+        budget = cls(config, prior_cost_usd=cost, prior_tokens=tokens)
+        if unpriced:
+            budget.unpriced.append(config.agent_options.model or config.agent)
+        return budget
 
     def add(self, result: BenchmarkResult) -> None:
         usage = result.usage
@@ -43,6 +48,7 @@ class RunBudget:
         with self._lock:
             self.model_cost_usd += usage.cost_usd
             self.tokens += usage.input_tokens + usage.output_tokens
+            self.unpriced.extend(m for m in usage.unpriced if m not in self.unpriced)
 
     def cost_usd(self) -> float:
         vm_seconds = self.pool.usage.billed_seconds() if self.pool is not None else 0.0

@@ -64,6 +64,7 @@ class RunProgress:
         self.infrastructure_errors = 0  # attempts
         self.infrastructure_tasks: set[str] = set()  # tasks with at least one such attempt
         self.model_cost_usd = 0.0
+        self.unpriced = False  # a model without a known price was called: the cost is not known
         self.tokens = 0
         self.side_file = side_file
         self.status = "running"
@@ -167,6 +168,7 @@ class RunProgress:
             "infrastructure_error_tasks": len(self.infrastructure_tasks),
             "cost_usd": round(self.cost_usd(), 6),
             "model_cost_usd": round(self.model_cost_usd, 6),
+            "cost_unpriced": self.unpriced,
             "tokens": self.tokens,
             "eta_seconds": None if eta is None else round(eta, 1),
             "updated_at": datetime.now(timezone.utc).isoformat(),
@@ -201,6 +203,7 @@ class RunProgress:
                 counts[1] += 1
             if result.usage is not None:
                 self.model_cost_usd += result.usage.cost_usd
+                self.unpriced = self.unpriced or bool(result.usage.unpriced)
                 self.tokens += result.usage.input_tokens + result.usage.output_tokens
             self._write_side_file()
             if self._artifact_id is None or self._publish_queued or self.status != "running":
@@ -265,7 +268,8 @@ def progress_line(p: dict[str, Any]) -> str:
         parts.append(f"{p['retries_exhausted']} out of retries")
     if p.get("cost_usd") or p.get("tokens"):
         tokens = f", {p['tokens']:,} tokens" if p.get("tokens") else ""
-        parts.append(f"cost ${p.get('cost_usd', 0.0):.4f}{tokens}")
+        cost = "unpriced" if p.get("cost_unpriced") else f"${p.get('cost_usd', 0.0):.4f}"
+        parts.append(f"cost {cost}{tokens}")
     eta = p.get("eta_seconds")
     if p.get("status", "running") != "running":
         parts.append(str(p["status"]))

@@ -39,6 +39,7 @@ class RunCompleteness(BaseModel):
     budget_reason: str | None = None  # set when the run budget stopped the run
     missing_by_domain: dict[str, int] = Field(default_factory=dict)
     cost_usd: float | None = None  # model cost + VM cost of this invocation (budget accounting)
+    unpriced: list[str] = Field(default_factory=list)  # models called without a known price: cost unknown
     tokens: int | None = None
     # Runs with repeated trials (None otherwise): trials wanted, and those with a final result.
     # A task counts as final above only once every one of its trials is.
@@ -72,7 +73,9 @@ def summary_rows(metrics: RunMetrics, completeness: RunCompleteness | None = Non
     with the interval that groups trials by task, as the headline."""
     missing = completeness.missing_by_domain if completeness else {}
 
-    def cost(d: DomainMetrics) -> float:
+    def cost(d: DomainMetrics) -> float | str:
+        if d.spent.unpriced_attempts:
+            return "unpriced"  # a model without a known price: not $0
         return round(d.spent.cost_usd + d.spent.vm_seconds / 3600.0 * vm_hour_price_usd, 4)
 
     rows = [
@@ -183,7 +186,10 @@ def completeness_lines(completeness: RunCompleteness) -> list[str]:
             f"({', '.join(parts)}); "
             "rerun with the same run id to resume"
         )
-    if completeness.cost_usd is not None:
+    if completeness.unpriced:
+        lines.append(f"cost (model + VM): unpriced: no known price for {', '.join(completeness.unpriced)} "
+                     f"(--prices FILE sets one: docs/agents.md)   tokens: {completeness.tokens or 0}")
+    elif completeness.cost_usd is not None:
         lines.append(f"cost (model + VM): ${completeness.cost_usd:.4f}   tokens: {completeness.tokens or 0}")
     return lines
 
@@ -292,6 +298,7 @@ def run_completeness(store: ResultStore, run_id: str, tasks: list[BenchmarkTask]
         budget_reason=budget.reason,
         missing_by_domain=missing_by_domain,
         cost_usd=round(budget.cost_usd(), 6),
+        unpriced=list(budget.unpriced),
         tokens=budget.tokens,
         **({"trials_selected": sum(wanted.values()),
             "trials_final": sum(1 for t, n in finished if t in wanted and n <= wanted[t])}

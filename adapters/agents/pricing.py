@@ -7,8 +7,9 @@ them with a setting (a dict, a JSON string or the path of a JSON file)::
 
     {"my-model": {"input_per_mtok": 0.5, "output_per_mtok": 1.5}, "other": [1.0, 2.0]}
 
-A model without a price costs 0.0 and is flagged (``PriceTable.known`` is False, and a warning
-is logged once per model): an unknown price never crashes an evaluation run.
+A model without a price is "unpriced": its calls' usage names it (`ModelUsage.unpriced`, stored
+as a NULL cost) and every place a cost is shown says "unpriced" with the reason, never $0 (a
+warning is logged once per model too). An unknown price never crashes an evaluation run.
 
 Only plain input and output tokens are priced. Prompt-cache reads and writes, long-context
 surcharges and batch discounts are not modelled; the agents here do not use prompt caching.
@@ -132,17 +133,19 @@ class PriceTable:
         if price is None:
             if model not in self._warned:
                 self._warned.add(model)
-                log.warning("no price known for model %r: its cost is reported as 0.0 (set a price override)", model)
+                log.warning("no price known for model %r: its cost is reported as unpriced (set a price override)",
+                            model)
             return 0.0
         return price.cost(input_tokens, output_tokens)
 
     def usage(self, model: str, input_tokens: int, output_tokens: int) -> ModelUsage:
-        """One model call's usage, priced."""
+        """One model call's usage, priced (or naming the model as unpriced)."""
         return ModelUsage(
             calls=1,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             cost_usd=self.cost(model, input_tokens, output_tokens),
+            unpriced=[] if self.known(model) else [model],
         )
 
 

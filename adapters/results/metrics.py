@@ -103,6 +103,9 @@ class Spend(BaseModel):
     input_tokens: int
     output_tokens: int
     cost_usd: float
+    # Attempts that called a model without a known price (their cost is NULL, not $0): the cost
+    # above leaves them out, so it is shown as "unpriced".
+    unpriced_attempts: int = 0
 
 
 class ReferenceSummary(ReferenceCounts):
@@ -254,7 +257,8 @@ WITH attempts AS (
     SELECT task_id, trial, count(*) AS attempts,
            coalesce(sum(total_time_seconds), 0) AS time_all, coalesce(sum(vm_seconds), 0) AS vm_all,
            coalesce(sum(input_tokens), 0) AS in_all, coalesce(sum(output_tokens), 0) AS out_all,
-           coalesce(sum(cost_usd), 0) AS cost_all
+           coalesce(sum(cost_usd), 0) AS cost_all,
+           count(*) FILTER (WHERE model_calls > 0 AND cost_usd IS NULL) AS unpriced_all
     FROM task_results WHERE run_id = ? GROUP BY task_id, trial
 ), final AS (
     SELECT coalesce(l.domain, '') AS dom, l.success, l.score, l.num_steps, l.total_time_seconds,
@@ -286,7 +290,7 @@ SELECT grouping(dom) = 1 AS is_all, dom,
        avg(cost_usd) AS cost_mean, sum(cost_usd) AS cost_total, count(cost_usd) AS cost_n,
        coalesce(sum(time_all), 0) AS spent_time, coalesce(sum(vm_all), 0) AS spent_vm,
        coalesce(sum(in_all), 0) AS spent_in, coalesce(sum(out_all), 0) AS spent_out,
-       coalesce(sum(cost_all), 0) AS spent_cost
+       coalesce(sum(cost_all), 0) AS spent_cost, coalesce(sum(unpriced_all), 0) AS spent_unpriced
 FROM final
 GROUP BY GROUPING SETS ((dom), ())
 ORDER BY is_all, dom
@@ -360,6 +364,7 @@ def _domain_metrics(row: Mapping[str, Any], outcomes: dict[str, int]) -> DomainM
             input_tokens=int(row["spent_in"]),
             output_tokens=int(row["spent_out"]),
             cost_usd=float(row["spent_cost"]),
+            unpriced_attempts=int(row["spent_unpriced"]),
         ),
     )
 

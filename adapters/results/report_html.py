@@ -69,6 +69,7 @@ from adapters.results.report_text import (
     reference_line,
     score_text,
     seconds,
+    unpriced_note,
     usd,
 )
 from adapters.store.duckdb_store import ResultStore
@@ -243,6 +244,7 @@ pre { white-space: pre-wrap; word-break: break-word; background: #f6f8fa; paddin
 .card { border: 1px solid var(--line); border-radius: 8px; padding: 10px 14px; min-width: 200px; }
 .card .big { font-size: 24px; font-weight: 700; } .card .sub { color: var(--muted); font-size: 12.5px; }
 .card.status.incomplete { border: 2px solid var(--warn); background: #fff4e5; }
+.warn { color: var(--warn); }
 .card.status.incomplete .big { color: var(--warn); } .card.status.complete .big { color: var(--ok); }
 table { border-collapse: collapse; margin: 6px 0; } th, td { border-bottom: 1px solid var(--line);
         padding: 3px 8px; text-align: left; vertical-align: top; } th { background: #f6f8fa; }
@@ -380,6 +382,7 @@ def _domain_table(metrics: RunMetrics) -> str:
 
 
 def _effort_table(overall: DomainMetrics) -> str:
+    unpriced = overall.spent.unpriced_attempts > 0
     rows = [
         ("steps", number(overall.steps.mean), number(overall.steps.total)),
         ("time", seconds(overall.time_seconds.mean), seconds(overall.time_seconds.total)),
@@ -387,7 +390,7 @@ def _effort_table(overall: DomainMetrics) -> str:
         ("env (VM) time", seconds(overall.env_seconds.mean), seconds(overall.env_seconds.total)),
         ("input tokens", number(overall.input_tokens.mean), number(overall.input_tokens.total)),
         ("output tokens", number(overall.output_tokens.mean), number(overall.output_tokens.total)),
-        ("model cost", usd(overall.cost_usd.mean), usd(overall.cost_usd.total)),
+        ("model cost", usd(overall.cost_usd.mean, unpriced=unpriced), usd(overall.cost_usd.total, unpriced=unpriced)),
     ]
     body = "".join(f"<tr><td>{esc(a)}</td><td class=num>{esc(b)}</td><td class=num>{esc(c)}</td></tr>" for a, b, c in rows)
     spent = overall.spent
@@ -395,7 +398,8 @@ def _effort_table(overall: DomainMetrics) -> str:
         "<table><tr><th>per task (final attempt)</th><th class=num>mean</th><th class=num>total</th></tr>"
         f"{body}</table><p>All attempts, retries included: time {esc(seconds(spent.time_seconds))}, "
         f"VM time {esc(seconds(spent.vm_seconds))}, tokens {spent.input_tokens:,} in / {spent.output_tokens:,} out, "
-        f"model cost {esc(usd(spent.cost_usd))}.</p>"
+        f"model cost {esc(usd(spent.cost_usd, unpriced=unpriced))}.</p>"
+        + (f"<p class=warn>{esc(unpriced_note(spent.unpriced_attempts))}</p>" if unpriced else "")
     )
 
 
@@ -552,7 +556,7 @@ def _step_html(store: ResultStore, row: Mapping[str, Any], images: Mapping[Path,
     if row.get("model_calls"):
         usage = (
             f" · {row.get('input_tokens') or 0} in / {row.get('output_tokens') or 0} out tokens"
-            f" · {esc(usd(row.get('cost_usd')))}"
+            f" · {esc(usd(row.get('cost_usd'), unpriced=row.get('cost_usd') is None))}"
         )
     raw = json.dumps(row.get("action"), indent=2, sort_keys=True, default=str, ensure_ascii=False)
     text = (
@@ -582,7 +586,7 @@ def _facts(task: TaskMetrics, final: Mapping[str, Any]) -> str:
         ("time", f"{seconds(task.total_time_seconds)} total" + (f" ({timings})" if timings else "")),
         ("steps", number(task.num_steps)),
         ("model usage", f"{number(task.input_tokens)} input / {number(task.output_tokens)} output tokens, "
-                        f"cost {usd(task.cost_usd)}"),
+                        f"cost {usd(task.cost_usd, unpriced=bool(task.input_tokens) and task.cost_usd is None)}"),
         ("VM", final.get("vm_id") or "-"),
     ]
     details = final.get("agent_details")

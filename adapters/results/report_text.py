@@ -89,9 +89,20 @@ def seconds(value: float | None) -> str:
     return f"{minutes} min {rest:02d} s"
 
 
-def usd(value: float | None) -> str:
-    """"$0.0123"; None -> "-"."""
+def usd(value: float | None, *, unpriced: bool = False) -> str:
+    """"$0.0123"; None -> "-"; "unpriced" when a model without a known price was called (its
+    cost is not known, never $0)."""
+    if unpriced:
+        return "unpriced"
     return "-" if value is None else f"${value:.4f}"
+
+
+def unpriced_note(attempts: int) -> str:
+    """The line that says why a cost is "unpriced" (empty when it is not)."""
+    if not attempts:
+        return ""
+    return (f"unpriced: {attempts} attempt(s) called a model without a known price; its cost is not known "
+            "(--prices FILE sets one: docs/agents.md)")
 
 
 def number(value: float | None, digits: int = 1) -> str:
@@ -245,6 +256,7 @@ def _domain_table(metrics: RunMetrics) -> list[str]:
 
 def _effort_lines(overall: DomainMetrics) -> list[str]:
     spent = overall.spent
+    unpriced = spent.unpriced_attempts > 0
     return [
         f"attempts: {overall.attempts} for {overall.tasks} tasks "
         f"({overall.retries} retries; {overall.retried_tasks} tasks retried)",
@@ -254,9 +266,11 @@ def _effort_lines(overall: DomainMetrics) -> list[str]:
         f"agent {seconds(overall.agent_seconds.mean)}   env {seconds(overall.env_seconds.mean)}",
         f"tokens per task, mean (total): input {number(overall.input_tokens.mean)} "
         f"({number(overall.input_tokens.total)})   output {number(overall.output_tokens.mean)} "
-        f"({number(overall.output_tokens.total)})   cost {usd(overall.cost_usd.mean)} ({usd(overall.cost_usd.total)})",
+        f"({number(overall.output_tokens.total)})   cost {usd(overall.cost_usd.mean, unpriced=unpriced)} "
+        f"({usd(overall.cost_usd.total, unpriced=unpriced)})",
         f"all attempts (retries included): time {seconds(spent.time_seconds)}   VM {seconds(spent.vm_seconds)}   "
-        f"tokens {spent.input_tokens:,} in / {spent.output_tokens:,} out   model cost {usd(spent.cost_usd)}",
+        f"tokens {spent.input_tokens:,} in / {spent.output_tokens:,} out   model cost {usd(spent.cost_usd, unpriced=unpriced)}",
+        *([unpriced_note(spent.unpriced_attempts)] if unpriced else []),
     ]
 
 

@@ -354,7 +354,8 @@ def _usage_values(usage: ModelUsage | None) -> list[Any]:
     """model_calls, input_tokens, output_tokens, cost_usd; NULLs for agents without a model."""
     if usage is None:
         return [None, None, None, None]
-    return [usage.calls, usage.input_tokens, usage.output_tokens, usage.cost_usd]
+    # A model without a known price: the cost is not known (NULL), not $0.
+    return [usage.calls, usage.input_tokens, usage.output_tokens, None if usage.unpriced else usage.cost_usd]
 
 
 # --- models ----------------------------------------------------------------------------------

@@ -74,3 +74,41 @@ def test_openai_agent_run_records_usage_and_never_the_key(
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), path
     assert SECRET not in caplog.text
+
+
+def test_a_model_without_a_price_is_unpriced_everywhere_never_zero(
+    prefect_server: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint nobody priced (a vLLM model, the plan-replay endpoint) cost "$0.0000" in the
+    summary, reports and Prefect, and the "no price" warning reached only a terminal. Its cost is
+    now NULL in the store and "unpriced" wherever a cost is shown, with the reason."""
+    import json
+
+    from adapters.agents import AgentOptions
+    from adapters.results.history import baseline_history
+    from flows.cli.results import write_run_report
+    from flows.evaluate_suite import run_suite
+    from flows.progress import progress_line
+    from flows.run_config import SuiteRunConfig
+
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    with FakeModelServer("openai") as server:
+        server.add(openai_completion("DONE()", prompt_tokens=900, completion_tokens=9))
+        db = tmp_path / "arena.duckdb"
+        options = AgentOptions(model="my-finetune-ckpt-7", base_url=server.url, api_key_env=KEY_ENV,
+                               observation="a11y_tree")
+        outcome = run_suite(SuiteRunConfig(agent="openai", agent_options=options, task_ids=["notepad-append-line"],
+                                           pool_size=1, db_path=db, artifacts_dir=tmp_path / "art", run_id="unpriced",
+                                           baseline="priced-never"))
+    assert "cost (model + VM): unpriced: no known price for my-finetune-ckpt-7" in outcome.table
+    assert "$0.0000" not in outcome.table
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT model_calls, cost_usd FROM task_results").fetchone() == (1, None)
+    progress = json.loads((tmp_path / "art" / "unpriced" / "progress.json").read_text())
+    assert "cost unpriced, 909 tokens" in progress_line(progress)
+    text, html_path = write_run_report(db, "unpriced", tmp_path / "report.html")
+    assert "unpriced" in text and "model cost unpriced" in text and "$0.0000" not in text
+    html = html_path.read_text()
+    assert "model cost unpriced" in html and "without a known price" in html
+    night = baseline_history(db, "priced-never").nights[0]
+    assert night.cost_usd is None and "without a known price" in night.cost_note
