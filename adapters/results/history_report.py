@@ -163,11 +163,21 @@ def history_charts(history: BaselineHistory) -> list[str]:
 
     nights = history.nights
     x = list(range(len(nights)))
-    labels = [n.started_at.strftime("%m-%d") if n.started_at else n.run_id[-6:] for n in nights]
+    labels = _labels(nights)
     charts = [_success_chart(Figure, nights, x, labels, history.baseline),
               _domain_charts(Figure, history, x, labels),
               _effort_chart(Figure, nights, x, labels)]
     return charts
+
+
+def _labels(nights: Sequence[Night]) -> list[str]:
+    """Each night's label on the charts: its date, or date and time when two share a date (runs
+    started by hand), or its run id when even those repeat."""
+    for pattern in ("%m-%d", "%m-%d %H:%M", "%m-%d %H:%M:%S"):
+        labels = [n.started_at.strftime(pattern) if n.started_at else n.run_id for n in nights]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [n.run_id for n in nights]
 
 
 def _svg(figure: Any) -> str:
@@ -238,10 +248,12 @@ def _effort_chart(Figure: Any, nights: Sequence[Night], x: Sequence[int], labels
     for i, night in enumerate(nights):
         if night.cost_usd is None:
             cost_ax.text(i, 0, "unpriced", rotation=90, fontsize=7, ha="center", va="bottom")
+    cost_ax.set_ylim(bottom=0)
     cost_ax.set_title("cost (USD)", fontsize=9)
     _axis(cost_ax, x, labels)
     time_ax = figure.add_subplot(1, 2, 2)
     time_ax.bar(x, [(n.duration_seconds or 0) / 60 for n in nights], color="#57606a")
+    time_ax.set_ylim(bottom=0)
     time_ax.set_title("duration (minutes)", fontsize=9)
     _axis(time_ax, x, labels)
     figure.tight_layout()

@@ -33,7 +33,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -245,6 +245,8 @@ pre { white-space: pre-wrap; word-break: break-word; background: #f6f8fa; paddin
 .card .big { font-size: 24px; font-weight: 700; } .card .sub { color: var(--muted); font-size: 12.5px; }
 .card.status.incomplete { border: 2px solid var(--warn); background: #fff4e5; }
 .warn { color: var(--warn); }
+video.episode { max-width: 100%; border: 1px solid var(--line); }
+.history-chart svg { max-width: 100%; height: auto; } pre.history-table { overflow-x: auto; }
 .card.status.incomplete .big { color: var(--warn); } .card.status.complete .big { color: var(--ok); }
 table { border-collapse: collapse; margin: 6px 0; } th, td { border-bottom: 1px solid var(--line);
         padding: 3px 8px; text-align: left; vertical-align: top; } th { background: #f6f8fa; }
@@ -650,6 +652,7 @@ def _task_html(
     steps: Sequence[Mapping[str, Any]],
     reference: ReferenceTrajectory | None,
     images: Mapping[Path, Embedded],
+    video: str | None = None,
 ) -> str:
     final = next((a for a in attempts if a["attempt"] == task.attempt), {})
     state = "solved" if task.success else "unsolved"
@@ -664,11 +667,14 @@ def _task_html(
         f'<details class="task {state} outcome-{esc(task.outcome)}" id="{anchor}">{summary}<div class="task-body">'
         f"{_facts(task, final)}{_attempts_table(attempts) if len(attempts) > 1 else ''}"
         f"{_reference_html(task, reference)}"
-        f"<h3>Trajectory (attempt {task.attempt})</h3><ol class=steps>{step_list}</ol></div></details>"
+        + (f'<h3>Video (attempt {task.attempt})</h3><video class="episode" controls preload="metadata" '
+           f'src="{video}"></video>' if video else "")
+        + f"<h3>Trajectory (attempt {task.attempt})</h3><ol class=steps>{step_list}</ol></div></details>"
     )
 
 
-def _tasks_section(store: ResultStore, metrics: RunMetrics, references: References | None) -> str:
+def _tasks_section(store: ResultStore, metrics: RunMetrics, references: References | None,
+                   videos: Mapping[tuple[str, int], str] | None = None) -> str:
     # Unsolved first, then by domain and id, so problems are at the top.
     tasks = sorted(metrics.tasks, key=lambda t: (t.success, t.domain, t.task_id))
     # By task and final attempt: with repeated trials a task has a row per trial, each ending in
@@ -684,7 +690,7 @@ def _tasks_section(store: ResultStore, metrics: RunMetrics, references: Referenc
                                 for rows in shown for row in rows if row.get("screenshot_path")])
     blocks = "".join(
         _task_html(store, t, anchors[t.task_id, t.attempt], attempts.get(t.task_id, []), rows,
-                   references.get(t.task_id) if references else None, images)
+                   references.get(t.task_id) if references else None, images, (videos or {}).get((t.task_id, t.attempt)))
         for t, rows in zip(tasks, shown)
     )
     return (
@@ -753,8 +759,11 @@ def _trials_section(store: ResultStore, run_id: str, statistics: Any = None) -> 
     )
 
 
-def render_html_report(metrics: RunMetrics, store: ResultStore, references: References | None = None) -> str:
-    """The whole HTML page for already computed metrics (screenshots read from disk via `store`)."""
+def render_html_report(metrics: RunMetrics, store: ResultStore, references: References | None = None,
+                       extras: ReportExtras | None = None) -> str:
+    """The whole HTML page for already computed metrics (screenshots read from disk via `store`);
+    `extras`: the baseline's history and the episodes' videos (`report_extras`)."""
+    extras = extras or ReportExtras()
     label = environment_label(metrics.provenance)
     banner = f'<p class="banner">{esc(label)}</p>' if label == SIMULATION_LABEL else f"<p>environment: {esc(label)}</p>"
     statistics = _trial_statistics(store, metrics.run_id)
@@ -763,18 +772,74 @@ def render_html_report(metrics: RunMetrics, store: ResultStore, references: Refe
         f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{REPORT_GENERATOR}"
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         # No network: images are data URIs; the policy makes any other load fail loudly.
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; media-src data:; "
         "style-src 'unsafe-inline'\">"
         f"<title>WAA run {esc(metrics.run_id)}</title><style>{_CSS}</style></head><body>"
         f"<h1>WAA run report <code>{esc(metrics.run_id)}</code></h1>{banner}"
         f"{_summary_section(metrics, headline)}{_trials_section(store, metrics.run_id, statistics)}"
-        f"{_tasks_section(store, metrics, references)}</body></html>\n"
+        f"{extras.history}{extras.videos_note}"
+        f"{_tasks_section(store, metrics, references, extras.videos)}</body></html>\n"
     )
+
+
+@dataclass
+class ReportExtras:
+    """What a report shows besides the run itself: its baseline's history (an HTML section) and
+    videos of some episodes (data URLs by (task id, attempt)), with a note on what was left out."""
+
+    history: str = ""
+    videos: dict[tuple[str, int], str] = field(default_factory=dict)
+    videos_note: str = ""
+
+
+# Videos take about a second each to encode and 30-60 KB each in the page: the report embeds
+# at most this many (the flipped tasks first, then the failed ones); the rest are one command away.
+MAX_REPORT_VIDEOS = 10
+
+
+def report_extras(store: ResultStore, metrics: RunMetrics, *, videos: bool) -> ReportExtras:
+    """The baseline's history up to this run (when it is a baseline's run), and with `videos`,
+    the videos of its flipped and failed tasks (the `video` extra; one line when missing)."""
+    from adapters.results.episode_video import VideoError, VideoExtraMissing, as_data_url, episode_video
+    from adapters.results.history import UnknownBaselineError, baseline_history
+    from adapters.results.history_report import history_html
+
+    extras = ReportExtras()
+    flipped: list[str] = []
+    baseline = metrics.provenance.get("baseline")
+    if baseline:
+        try:
+            history = baseline_history(store, str(baseline), until=metrics.run_id)
+        except (UnknownBaselineError, ValueError):
+            history = None
+        if history is not None:
+            extras.history = history_html(history)
+            if history.since_previous is not None:
+                flipped = [f.task_id for f in history.since_previous.broken + history.since_previous.fixed]
+    if not videos:
+        return extras
+    wanted = [t for t in metrics.tasks if t.task_id in flipped]
+    wanted += [t for t in metrics.tasks if not t.success and t.task_id not in flipped and is_sound(t.outcome)]
+    try:
+        for task in wanted[:MAX_REPORT_VIDEOS]:
+            try:
+                extras.videos[task.task_id, task.attempt] = as_data_url(
+                    episode_video(store, metrics.run_id, task.task_id, task.attempt))
+            except VideoError:
+                continue
+    except VideoExtraMissing as exc:
+        extras.videos_note = f'<p class="muted">{esc(str(exc))}</p>'
+        return extras
+    if len(wanted) > MAX_REPORT_VIDEOS:
+        extras.videos_note = (f'<p class="muted">Videos of {MAX_REPORT_VIDEOS} of the {len(wanted)} flipped and failed '
+                              f"tasks are in the task list; the others: <code>arena export {esc(metrics.run_id)} "
+                              "--format video --out DIR</code></p>")
+    return extras
 
 
 def write_html_report(
     store: ResultStore, run_id: str, out_path: Path, references: References | None = None,
-    metrics: RunMetrics | None = None,
+    metrics: RunMetrics | None = None, *, videos: bool = False,
 ) -> Path:
     """Write the run's self-contained HTML report to `out_path` and return its absolute path.
 
@@ -782,7 +847,9 @@ def write_html_report(
     directory, a file other than a report (never replaced), or cannot be written. The file is
     replaced atomically, so a reader never sees half a report. Missing screenshot files are
     reported in the page, never an error. `metrics`, when the caller has computed them already
-    (compute_run_metrics with the same references), are used as they are.
+    (compute_run_metrics with the same references), are used as they are. A baseline's run shows
+    the baseline's history up to it; with `videos`, its flipped and failed tasks' episodes play
+    in the page (`report_extras`).
     """
     out_path = Path(out_path).expanduser().resolve()
     if out_path.is_dir():
@@ -790,7 +857,7 @@ def write_html_report(
     _check_replaceable(out_path)
     if metrics is None:
         metrics = compute_run_metrics(store, run_id, references)
-    page = render_html_report(metrics, store, references)
+    page = render_html_report(metrics, store, references, report_extras(store, metrics, videos=videos))
     try:
         out_path.parent.mkdir(parents=True, exist_ok=True)
         replace_text(out_path, page)  # another process may be writing the same report

@@ -20,11 +20,13 @@ def _default_report_path(db: Path | str, run_id: str) -> Path:
 
 def write_run_report(
     db: Path | str, run_id: str, html: Path | None = None, demo_library: Path | None = None,
-    show: Callable[[str], None] | None = None,
+    show: Callable[[str], None] | None = None, *, videos: bool = False,
 ) -> tuple[str, Path]:
     """The terminal report of a run, and its HTML report written to `html` (default: beside the DB).
 
-    `show` gets the terminal report as soon as it is ready, before the slower HTML is written."""
+    `show` gets the terminal report as soon as it is ready, before the slower HTML is written.
+    `videos`: the HTML plays the flipped and failed tasks' episodes (`arena report` does; the
+    report `arena run` writes at its end does not, to end the run without encoding them)."""
     from adapters.results.metrics import compute_run_metrics, references_for_run
     from adapters.results.report_html import write_html_report
     from adapters.results.report_text import format_text_report
@@ -38,7 +40,8 @@ def write_run_report(
         text = format_text_report(metrics)
         if show is not None:
             show(text)
-        path = write_html_report(store, run_id, html or _default_report_path(db, run_id), references, metrics)
+        path = write_html_report(store, run_id, html or _default_report_path(db, run_id), references, metrics,
+                                 videos=videos)
     return text, path
 
 
@@ -48,7 +51,7 @@ def _report(args: argparse.Namespace) -> int:
     def show(text: str) -> None:
         print(text, end="" if text.endswith("\n") else "\n", flush=True)
 
-    _, path = write_run_report(args.db, run_id, args.html, args.demo_library, show=show)
+    _, path = write_run_report(args.db, run_id, args.html, args.demo_library, show=show, videos=not args.no_videos)
     print(f"\nHTML report: {path.resolve()}")
     return 0
 
@@ -183,6 +186,8 @@ def add_report(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argpa
     report.add_argument(
         "--demo-library", type=Path, help="demonstrations to score trajectories against (besides the suite's plans)"
     )
+    report.add_argument("--no-videos", action="store_true",
+                        help="leave out the videos of flipped and failed tasks (about a second each to make)")
     report.set_defaults(func=_report)
 
 

@@ -212,3 +212,15 @@ def test_nights_of_a_baseline_run_through_the_pipeline_flag_the_broken_one(
     assert "hist-5" in out and "REGRESSION" in out
     since = baseline_history(db, "hist", until="hist-5").since_previous
     assert sorted(f.task_id for f in since.broken) == sorted(t for t in tasks if t.startswith("notepad"))
+    # The broken night's HTML report: the baseline's history up to it, and its flipped tasks'
+    # episodes as videos the page plays (the video extra).
+    pytest.importorskip("imageio_ffmpeg")
+    from flows.cli.results import write_run_report
+
+    _, page = write_run_report(db, "hist-5", tmp_path / "hist-5.html", videos=True)
+    html = page.read_text()
+    assert "History of baseline hist" in html and "REGRESSION" in html
+    assert html.count('<video class="episode"') == 3 and "data:video/mp4;base64," in html
+    assert "media-src data:" in html
+    _, plain = write_run_report(db, "hist-6", tmp_path / "hist-6.html")  # what `arena run` writes: no videos
+    assert "<video" not in plain.read_text() and "History of baseline hist" in plain.read_text()
