@@ -58,8 +58,10 @@ from adapters.waa.settle import SettleChoice
 from flows.bookkeeping import best_effort, slug
 from flows.cancellation import cancellation_requested
 from flows.doctor import check_model
-from flows.evaluate_suite import RunRefused, flow_run_url, run_suite
+from flows.arena_run_deployment import flow_run_url
+from flows.evaluate_suite import run_suite
 from flows.night_report import NightReport
+from flows.run_plan import RunRefused
 from flows.run_config import SAFE_RUN_ID, RunOutcome, SuiteRunConfig
 from flows.run_states import ended, run_state
 

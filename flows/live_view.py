@@ -3,6 +3,7 @@ action (and, for kvm VMs, how to open the VM's VNC display).
 
     BOARD.attempt_started(...) / BOARD.attempt_ended(vm_id)    what each lane is doing (flows/attempt.py)
     with LiveView() as view: view.url                          the page, for the run's lifetime
+    link_run_page(run_id)                                      the page linked from the run's Prefect page
 
 `arena run` serves it from its own process while the run goes (a thread, nothing that outlives
 the run) and prints its address; the flow links it from the run's Prefect page. It listens on
@@ -222,3 +223,18 @@ class LiveView:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)
+
+
+def link_run_page(run_id: str) -> None:
+    """This process's live view, when it serves one, linked from the run's Prefect page: a local
+    address, for whoever watches on this machine."""
+    url = current_url()
+    if url is None:
+        return
+    from prefect.artifacts import create_link_artifact
+
+    from flows.bookkeeping import best_effort, slug
+
+    best_effort("linking the live view", lambda: create_link_artifact(
+        key=f"waa-live-{slug(run_id)}", link=url, link_text="what the agents see now (this machine only)",
+        description=f"WAA run {run_id}: each VM's latest screen, task, step and action, while the run goes"))

@@ -11,6 +11,7 @@ from prefect import get_client
 from prefect.client.schemas.actions import DeploymentUpdate
 from prefect.settings import PREFECT_API_URL
 
+import flows.arena_run_deployment as arena_run
 import flows.evaluate_suite as evaluate_suite
 from flows.provenance import code_revision
 from flows.run_config import SuiteRunConfig
@@ -18,9 +19,9 @@ from flows.run_config import SuiteRunConfig
 
 def _fresh_lookup() -> str:
     """The deployment's id as a new `arena run` process finds it (no id remembered)."""
-    evaluate_suite._deployments.clear()
+    arena_run._deployments.clear()
     with get_client(sync_client=True) as client:
-        return evaluate_suite._arena_run_deployment(client)
+        return arena_run.arena_run_deployment(client, evaluate_suite.evaluate_suite)
 
 
 def test_the_arena_run_deployment_is_registered_once_and_again_only_when_it_changed(
@@ -28,7 +29,7 @@ def test_the_arena_run_deployment_is_registered_once_and_again_only_when_it_chan
     # On a server of its own: it changes the deployment that every `arena run` on a server uses;
     # the other test processes' runs on the shared one would meet that (or rewrite it meanwhile).
     with get_client(sync_client=True) as client:
-        name = f"{evaluate_suite.evaluate_suite.name}/{evaluate_suite.ARENA_RUN_DEPLOYMENT}"
+        name = f"{evaluate_suite.evaluate_suite.name}/{arena_run.ARENA_RUN_DEPLOYMENT}"
         first = _fresh_lookup()
         registered = client.read_deployment_by_name(name)
         assert registered.id == first and registered.paused and registered.tags == ["waa"]
@@ -62,13 +63,19 @@ def test_a_creation_the_client_sends_again_is_one_flow_run(prefect_server: None,
     config = SuiteRunConfig(run_id="resent-creation", db_path=tmp_path / "arena.duckdb", artifacts_dir=tmp_path / "art")
     upstream = str(PREFECT_API_URL.value())
     with losing_first_creation(upstream) as proxy, api_for_this_block(proxy.api_url):
-        created = evaluate_suite.create_arena_flow_run(config)
+        created = _create(config)
     assert len(proxy.creations) >= 2, proxy.creations  # the creation was sent again
     assert _runs_named(evaluate_suite.run_name(config)) == [created.id]
 
-    resumed = evaluate_suite.create_arena_flow_run(config)
+    resumed = _create(config)
     assert sorted(_runs_named(evaluate_suite.run_name(config))) == sorted([created.id, resumed.id])
     assert resumed.id != created.id
+
+
+def _create(config: SuiteRunConfig) -> object:
+    """The flow run `arena run` makes for `config`."""
+    return arena_run.create_arena_flow_run(evaluate_suite.evaluate_suite, config, evaluate_suite.run_name(config),
+                                           evaluate_suite.run_tags(config))
 
 
 def _runs_named(name: str) -> list[UUID]:
