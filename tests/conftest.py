@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import machine_pace
 import pytest
 
 from adapters import import_gc
@@ -20,6 +21,10 @@ from adapters import import_gc
 # about 3.3 s of CPU per worker instead of 5.3 s (measured). Resumed once collection ends
 # (`pytest_collection_finish`), or at once in xdist's controller, which collects nothing.
 import_gc.pause()
+
+# The machine's pace, measured once in the session's first process and shared with its workers
+# (tests/machine_pace.py): the tests' time limits stretch with it.
+machine_pace.measured_pace()
 
 # Before Prefect is imported anywhere: the test session's own Prefect home, and none of the user's
 # Prefect or store settings. A session that kept the user's PREFECT_HOME stopped that home's local
@@ -120,6 +125,22 @@ class _LongestFirst:
 
         workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
         items[:] = longest_first(items, _module, workers, LONG_MODULES)
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Each test's time limit (pytest-timeout's, read in its own wrapper of this hook, which runs
+    inside this one) stretched by the machine's pace now (tests/machine_pace.py): a limit that
+    ends a hanging test, written for a quiet machine, must not end a slow one on a busy machine."""
+    from machine_pace import pace
+
+    marker = item.get_closest_marker("timeout")
+    written = float(marker.args[0]) if marker is not None and marker.args else float(
+        item.config.getini("timeout") or 300)
+    factor = pace()
+    if factor > 1.0:
+        item.add_marker(pytest.mark.timeout(written * factor), append=False)  # before the one written
+    yield
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 import requests
 
+from machine_pace import scaled
 from ports import server_port
 from prefect_home import DATABASE, PREFECT_BIN, SEEDED_SERVER_SETTINGS, seeded_home
 
@@ -21,7 +22,9 @@ T = TypeVar("T")
 
 
 def wait_for(what: str, fn: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
-    """Poll `fn` until it returns something truthy; AssertionError naming `what` after `timeout`."""
+    """Poll `fn` until it returns something truthy; AssertionError naming `what` after `timeout`
+    (written for a quiet machine: stretched by its pace, tests/machine_pace.py)."""
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while time.monotonic() < deadline:

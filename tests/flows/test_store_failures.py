@@ -20,6 +20,7 @@ from typing import Any
 
 import duckdb
 import pytest
+from machine_pace import scaled
 from small_disk import fill, mounted_small_disk
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +70,7 @@ def _recorded(progress: Path) -> int:
 
 
 def _wait(what: str, check: Any, timeout: float, proc: subprocess.Popen[str] | None = None) -> Any:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)  # written for a quiet machine (tests/machine_pace.py)
     while time.monotonic() < deadline:
         value = check()
         if value:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from machine_pace import scaled
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/vms has no __init__.py
 
@@ -78,6 +79,7 @@ def _files_under(folder: Path) -> list[str]:
 
 
 def wait_for(predicate, seconds: float, what: str) -> None:
+    seconds = scaled(seconds)  # written for a quiet machine (tests/machine_pace.py)
     deadline = time.monotonic() + seconds
     while not predicate():
         if time.monotonic() > deadline:
@@ -86,7 +88,7 @@ def wait_for(predicate, seconds: float, what: str) -> None:
 
 
 def assert_nothing_left(runtime: Path, seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + scaled(seconds)
     while leftovers(runtime) and time.monotonic() < deadline:
         time.sleep(0.5)
     left = leftovers(runtime)
