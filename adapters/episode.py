@@ -1,9 +1,12 @@
 """The agent episode loop: observe, act, apply, until the agent ends it or a limit is reached.
 
 Prefect task timeouts cannot interrupt blocking calls in worker threads (notes/prefect.md), so the
-wall-clock limit is enforced here, between steps. Failures are sorted by whose fault they are: a
-VM that stops answering is infrastructure (retried elsewhere), an agent that crashes or keeps
-choosing impossible actions is the agent's failure (a result).
+time limits are enforced here, between steps. Time is charged to whoever spent it: the agent's
+(its model thinking) and the environment's (observations, actions, settling) are counted
+separately, each against its own limit (adapters/outcomes.py R7). Failures are sorted by whose
+fault they are: a VM that stops answering or is too slow is infrastructure (retried elsewhere),
+an agent that crashes, runs out of its own time or keeps choosing impossible actions is the
+agent's failure (a result).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from adapters.benchmark import (
     StepRecord,
     UnparseableReplyError,
 )
-from adapters.outcomes import EnvironmentFault, agent_error_outcome
+from adapters.outcomes import EnvironmentFault, agent_error_outcome, episode_time_outcome
 from adapters.waa.actions import ActionTranslationError
 from adapters.waa.errors import WAAError
 from adapters.waa.live import ActionRejected
@@ -49,10 +52,19 @@ class EpisodeEnvironment(Protocol):
 
 @dataclass
 class EpisodeLimits:
+    """How long and how far an episode may go. `wall_clock_seconds` is the agent's time (WAA's
+    `time_limit`); the environment's own time has `environment_seconds` (None: the same)."""
+
     max_steps: int = 15
     wall_clock_seconds: float = 1200.0
     # An agent whose actions fail this many times in a row is ended as an agent failure.
     max_consecutive_action_errors: int = 5
+    environment_seconds: float | None = None
+
+    @property
+    def environment_limit(self) -> float:
+        """The environment's time limit in seconds."""
+        return self.wall_clock_seconds if self.environment_seconds is None else self.environment_seconds
 
 
 @dataclass
@@ -75,8 +87,10 @@ class EpisodeOutcome:
     # throttling), not from the VM: the attempt is retried, but the VM need not be replaced.
     agent_backend_failed: bool = False
     # What the loop is doing now: "observe" (first observation), "agent", "act" (apply, settle
-    # and the next observation), or "done".
+    # and the next observation), or "done"; and since when (time.monotonic()), so a caller that
+    # gives up on a blocked episode can charge the blocked time to whoever was blocking.
     phase: str = "observe"
+    phase_started: float = field(default_factory=time.monotonic)
     # Set by the caller when the episode's result can no longer count (a hedge copy whose task's
     # own attempt ended, flows/hedging.py): the loop ends before its next step.
     stop: threading.Event | None = None
@@ -102,24 +116,22 @@ def run_episode(
     (R1, R2); a failed step the agent caused is recorded and the agent plays on (R3).
     """
     outcome = outcome if outcome is not None else EpisodeOutcome()
-    started = time.monotonic()
     consecutive_errors = 0
     agent.reset(task)
     try:
-        t0 = time.monotonic()
-        outcome.phase = "observe"
+        t0 = _enter(outcome, "observe")
         observation = first_observation or env.observe()
         outcome.env_seconds += time.monotonic() - t0
         for index in range(min(limits.max_steps, task.time_limit_steps)):
             if outcome.stop is not None and outcome.stop.is_set():
                 return outcome
-            if time.monotonic() - started > limits.wall_clock_seconds:
-                outcome.final_outcome = OutcomeKind.TIMEOUT
-                outcome.error = f"episode exceeded its wall-clock limit of {limits.wall_clock_seconds:g} s"
+            ran_out = episode_time_outcome(outcome.agent_seconds, outcome.env_seconds, limits.wall_clock_seconds,
+                                           limits.environment_limit)
+            if ran_out is not None:
+                outcome.final_outcome, outcome.error = ran_out
                 return outcome
             screenshot_path = _save_screenshot(observation, screenshot_dir, index)
-            t0 = time.monotonic()
-            outcome.phase = "agent"
+            t0 = _enter(outcome, "agent")
             try:
                 action = agent.act(task, observation, list(outcome.steps))
             except Exception as exc:  # noqa: BLE001 - whose fault it is: adapters/outcomes.py (R3, R8)
@@ -134,8 +146,7 @@ def run_episode(
                     outcome.usage = outcome.usage + usage
             agent_seconds = time.monotonic() - t0
             outcome.agent_seconds += agent_seconds
-            t0 = time.monotonic()
-            outcome.phase = "act"
+            t0 = _enter(outcome, "act")
             step_error = None
             delivery: str | None = None
             fault: EnvironmentFault | None = None
@@ -190,6 +201,24 @@ def run_episode(
         return _environment_failed(outcome, EnvironmentFault.from_error(outcome.phase, exc), None)
     finally:
         outcome.phase = "done"
+
+
+def _enter(outcome: EpisodeOutcome, phase: str) -> float:
+    """Start `phase` of the loop; returns its start time (time.monotonic())."""
+    now = time.monotonic()
+    outcome.phase, outcome.phase_started = phase, now
+    return now
+
+
+def blocked_times(outcome: EpisodeOutcome, now: float | None = None) -> tuple[float, float]:
+    """(agent seconds, environment seconds) of an episode, the phase it is blocked in included:
+    what a caller that gave up on it (a hard time limit) charges to whom."""
+    blocked = max(0.0, (time.monotonic() if now is None else now) - outcome.phase_started)
+    if outcome.phase == "agent":
+        return outcome.agent_seconds + blocked, outcome.env_seconds
+    if outcome.phase in ("observe", "act"):
+        return outcome.agent_seconds, outcome.env_seconds + blocked
+    return outcome.agent_seconds, outcome.env_seconds
 
 
 def _agent_error_text(agent: BenchmarkAgent, exc: Exception) -> str:

@@ -52,11 +52,15 @@ R6  Setup: a server-side error (connection, 5xx) on a setup step is infrastructu
     not a failure: WAA's setup controller logs any non-200 answer and carries on, and so does
     this one, after the call's retries (R10) and a non-strict check that the window still exists;
     the step's note says so. A window that is gone by then is a `setup_failure`.
-R7  Deadlines: one deadline per observation call covers its retries (the accessibility tree's
-    300 s is the total, not per try). An episode blocked in the environment past its hard limit
-    is infrastructure (the server did not answer); an episode whose own soft limit passes between
-    steps is `timeout` (the agent's time ran out); an agent blocked past the hard limit is
-    `timeout` too.
+R7  Deadlines, and time charged to whoever spent it: one deadline per observation call covers its
+    retries (the accessibility tree's 300 s is the total, not per try). An episode's time limit
+    counts the agent's time (its model deciding) and the environment's (observations, actions,
+    settling: WAA's slow tree, a slow screenshot) separately (`episode_time_outcome`, checked
+    between steps): the agent's time past the limit is `timeout`; the environment's time past its
+    own limit (by default the same number) is `infrastructure_error`, whatever the agent spent,
+    since the server was slow, not the agent. Both reasons give both times. An episode blocked
+    in the environment past its hard limit is infrastructure (the server did not answer); an
+    agent blocked past it is `timeout`.
 R8  The agent's model endpoint failing (connection, 5xx, throttling after the SDK's retries) is
     infrastructure, but of the agent's backend: the attempt is retried on the same VM.
 R9  Evaluation: a scored evaluation is `success` when the score is 1 and `agent_failure`
@@ -82,6 +86,27 @@ R10 Retry what is safe to repeat. Reads (observations, files, yes/no checks), WA
     dropped connection mid-text may have typed part of it, so the attempt ends under R2 and the
     task starts again from a fresh reset).
 
+R11 A fault that repeats is the task's, not the VM's. An evaluation whose getter the server failed
+    (R9: a 5xx for what looked like its own reasons) is retried from a fresh reset; if it fails
+    again the same way (the same getter, route and server message: `evaluation_fault_signature`)
+    on the fresh VM, the fault goes with the task or its data, not with a VM, and the attempt is
+    an `evaluation_error` that is not retried again (`RepeatedFaults`). WAA's `/execute` decodes a
+    command's output in Windows' ANSI code page, so a getter that prints a file in another code
+    page answers 500 every time; so does a `/file` read of a folder (also caught at once, R9). A
+    failure another task of the run met too is the server's, and stays infrastructure; a VM out
+    of reach never counts as a repeat. Task-data faults knowable without a VM are caught earlier
+    by `arena tasks lint` (adapters/waa/lint.py).
+
+R12 The start state is checked, not assumed (adapters/waa/initial_state.py). WAA's reset asks every
+    window to close; an application with unsaved work answers with a save prompt that stays on
+    screen for the next task. The prompts are answered without saving; a window that still stays
+    is `infrastructure_error` (the reset could not make a start state). At reset levels that
+    restore nothing of the disk and registry (`setup`, as on an existing server, and `reboot`),
+    what the task's evaluator reads (its files and settings) must be what it was when a task of
+    the run first read it on that VM; otherwise a task that ran there before left it changed, and
+    the task is a `setup_failure` saying what changed and which tasks ran there, before it is
+    scored: never the agent's failure, out of the headline rate.
+
 Rates: the headline success rate counts only tasks whose environment was sound
 (`OutcomeKind.environment_was_sound`: infrastructure errors and setup failures are left out of
 its denominator and shown beside it).
@@ -91,12 +116,13 @@ from __future__ import annotations
 
 import enum
 import re
+import threading
 from collections.abc import Callable
 from typing import Literal
 
 import requests
 
-from adapters.benchmark import AgentInfrastructureError, OutcomeKind
+from adapters.benchmark import AgentInfrastructureError, BenchmarkResult, OutcomeKind
 from adapters.transfer_errors import BROKEN_TRANSFER
 from adapters.waa.errors import WAAConnectionError, WAAError, WAAHTTPError
 
@@ -218,6 +244,21 @@ def agent_error_outcome(error: BaseException) -> OutcomeKind:
     return OutcomeKind.AGENT_FAILURE
 
 
+def episode_time_outcome(agent_seconds: float, env_seconds: float, agent_limit: float,
+                         env_limit: float) -> tuple[OutcomeKind, str] | None:
+    """R7: whether an episode has run out of time, whose time it was and the reason to store
+    (both times in it); None while both are within their limits. The environment's time is
+    looked at first: an agent whose turn came late because the server was slow is not charged."""
+    spent = f"the agent {agent_seconds:.1f} s, the environment (WAA server) {env_seconds:.1f} s"
+    if env_seconds > env_limit:
+        return OutcomeKind.INFRASTRUCTURE_ERROR, (
+            f"episode ran out of time because the server was slow: the environment's time passed its limit of "
+            f"{env_limit:g} s ({spent}; attempt not scored)")
+    if agent_seconds > agent_limit:
+        return OutcomeKind.TIMEOUT, f"the agent's time ran out: past its limit of {agent_limit:g} s ({spent})"
+    return None
+
+
 def stage_timeout_outcome(stage: str, waiting_on_agent: bool) -> OutcomeKind:
     """A stage past its hard wall-clock limit (R7): blocked on the agent is the agent's timeout;
     blocked on the WAA server (reset, setup, evaluate, or the environment inside an episode)
@@ -292,3 +333,49 @@ def evaluation_outcome(kind: str, score: float) -> OutcomeKind:
     if kind == "infrastructure_error":
         return OutcomeKind.INFRASTRUCTURE_ERROR
     return OutcomeKind.EVALUATION_ERROR
+
+
+# R11: an evaluation getter's server failure, as the evaluator words it (adapters/waa/evaluator/
+# engine.py `_stop_on_server_failure`): "<getter>: the server failed <route>: <message> (not scored...".
+_EVALUATION_SERVER_FAILURE = re.compile(
+    r"^(?P<where>[^\n]*?): the server failed (?P<route>/\S+): (?P<message>.*?) \(not scored", re.S)
+
+
+def evaluation_fault_signature(result: BenchmarkResult) -> str | None:
+    """R11: what an attempt's evaluation failed on, as a key two attempts can share (the getter,
+    the route and the server's own message); None unless the attempt is an infrastructure error
+    a server's answer caused during evaluation (a VM out of reach is never the task's fault)."""
+    if result.outcome is not OutcomeKind.INFRASTRUCTURE_ERROR or "evaluate" not in result.timings:
+        return None
+    found = _EVALUATION_SERVER_FAILURE.match(result.error or "")
+    if found is None:
+        return None
+    return f"{found['where']}: {found['route']} answered {' '.join(found['message'].split())!r}"
+
+
+class RepeatedFaults:
+    """R11 over one run: which evaluation faults repeated for a task, and which other tasks met
+    them. Shared by the run's lanes (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
+
+    def judge(self, previous: BenchmarkResult | None, current: BenchmarkResult) -> BenchmarkResult:
+        """`current` as it counts: an `evaluation_error` (not retried) when `previous`, the
+        task's attempt before it (from its own fresh reset), failed its evaluation the same way
+        and no other task of the run did; else `current` unchanged."""
+        signature = evaluation_fault_signature(current)
+        if signature is None:
+            return current
+        with self._lock:
+            tasks = self._tasks.setdefault(signature, set())
+            tasks.add(current.task_id)
+            others = sorted(tasks - {current.task_id})
+        if previous is None or evaluation_fault_signature(previous) != signature or others:
+            return current
+        where = (f"twice on VM {current.vm_id}, from a fresh reset each time" if previous.vm_id == current.vm_id
+                 else f"on VM {previous.vm_id}, then on a fresh VM {current.vm_id}")
+        reason = (f"evaluation error: the evaluation failed the same way {where} ({signature}): a fault that "
+                  "repeats goes with the task or its data, not with a VM (R11; not retried again)")
+        return current.model_copy(update={"outcome": OutcomeKind.EVALUATION_ERROR, "error": reason, "reason": reason})

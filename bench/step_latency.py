@@ -29,10 +29,19 @@ delays of 0, 0.8, 2 and 3 s, for the adaptive settle and WAA's fixed 3 s pause s
 many observations after a typing step did not show the typed text yet (stale: the tree's editor
 value, or a screenshot that differs from the screen once repainted) and the median step time.
 
+Third part, live regions (`--part live`): the same environment with its live regions on (quirk
+`live_regions`: the caret blinks every 530 ms, a progress ring turns, the taskbar clock shows
+seconds, as on a real desktop that never stands still) beside late repaints of 0-3 s, for typing
+steps and clicks (Notepad's File menu, opened and closed in turn); and the same steps with the live
+regions off (nothing moves but the action's effect). Stale = the observation's screenshot does not
+show every action sent so far (the simulation labels each frame with the actions it shows, in a PNG
+text chunk no pixel comparison sees). For the adaptive settle only (fixed 3 s is never stale up to
+3 s and always takes 3 s).
+
 It prints numbers; it asserts nothing.
 
-    python bench/step_latency.py [--steps 10] [--seed 1] [--part all|transitions|repaint] [--typing-steps 6]
-                                 [--repaint-delays 0,0.8,2,3]
+    python bench/step_latency.py [--steps 10] [--seed 1] [--part all|transitions|repaint|live] [--typing-steps 6]
+                                 [--repaint-delays 0,0.8,2,3] [--live-delays 0,1.5,2,3]
 """
 
 from __future__ import annotations
@@ -301,22 +310,95 @@ def repaint_part(steps: int, delays: tuple[float, ...] = REPAINT_DELAYS) -> None
           "text yet (target: 0 up to 3 s for adaptive)")
 
 
+LIVE_DELAYS = (0.0, 1.5, 2.0, 3.0)
+
+
+def _shown(png: bytes) -> tuple[int, int]:
+    """(actions the frame shows, actions run) from the simulation's label on a screenshot; a
+    frame without one (no slow repaint) shows every action: (0, 0)."""
+    with Image.open(io.BytesIO(png)) as image:
+        text = image.text  # type: ignore[attr-defined]
+    return int(text.get("sim-actions-shown", 0)), int(text.get("sim-actions-run", 0))
+
+
+def play_live(base_url: str, kind: str, steps: int, delay: float) -> RepaintRow:
+    """`steps` typing steps or clicks on Notepad's File menu through the adapter (adaptive
+    settle, an agent that reads the tree); counts observations whose screenshot is stale."""
+    task = BenchmarkTask(task_id="bench-notepad", instruction="type", domain="notepad",
+                         raw_config={"config": [{"type": "launch", "parameters": {"command": "notepad"}}]})
+    requests.post(base_url + "/sim/snapshot/load", json={"name": "initial"}, timeout=10)
+    with tempfile.TemporaryDirectory() as cache:
+        adapter = WAALiveAdapter(WAAClient(base_url), WAATaskCatalog(bundled_suite_dir()), Path(cache),
+                                 LiveAdapterSettings(settle=SettlePolicy()))
+        observation = adapter.reset(task)
+        editor = observation.accessibility_tree.find(role="Edit", name="Text Editor")
+        adapter.apply(BenchmarkAction(type=ActionType.CLICK, target_node_id=editor.node_id))
+        time.sleep(delay + 0.3)  # the first click's repaint is not what is measured
+        observation = adapter.observe()
+        times, stale = [], 0
+        for i in range(steps):
+            if kind == "type":
+                action = BenchmarkAction(type=ActionType.TYPE, text=TYPED[i % len(TYPED)])
+            else:
+                menu = observation.accessibility_tree.find(role="MenuItem", name="File")
+                action = BenchmarkAction(type=ActionType.CLICK, target_node_id=menu.node_id)
+            t0 = time.monotonic()
+            adapter.apply(action)
+            adapter.settle()
+            observation = adapter.observe()
+            times.append(time.monotonic() - t0)
+            shown, run = _shown(observation.screenshot or b"")
+            stale += shown < run
+            time.sleep(max(0.0, delay + 0.3 - (time.monotonic() - t0)))  # the next step starts on a caught-up screen
+        adapter.close()
+    return RepaintRow(times, stale)
+
+
+def live_part(steps: int, delays: tuple[float, ...] = LIVE_DELAYS) -> None:
+    from adapters.waa.localenv.launcher import start_local_env
+
+    print(f"\nlive regions (local WAA environment, quirks live_regions + repaint_delay; adaptive settle): "
+          f"{steps} steps per cell; stale / median step")
+    header = "".join(f"{kind + (' live' if live else ' still'):>20}" for live in (True, False) for kind in ("type", "click"))
+    print(f"{'repaint delay':<14}{header}")
+    for delay in delays:
+        cells = []
+        for live in (True, False):
+            with tempfile.TemporaryDirectory() as root:
+                handle = start_local_env(Path(root), quirks=True, quirk_settings={
+                    "ready_delay": 0, "accessibility_delay": 0, "launch_delay": 0, "failsafe": False,
+                    "repaint_delay": delay, "live_regions": live})
+                try:
+                    for kind in ("type", "click"):
+                        row = play_live(handle.base_url, kind, steps, delay)
+                        cells.append(f"{row.stale:>7}/{steps} {statistics.median(row.step_seconds):>7.2f} s")
+                finally:
+                    handle.stop()
+        print(f"{delay:>11.1f} s " + "".join(f"{c:>20}" for c in cells), flush=True)
+    print("step = apply + settle + observe; stale = the observation's screenshot did not show every action sent "
+          "(target: 0 everywhere up to 3 s, and no slower than before where nothing moves)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=20, help="actions per configuration (default 20)")
     parser.add_argument("--screenshot-seconds", type=float, default=SCREENSHOT_SECONDS,
                         help=f"what one /screenshot costs the server (default {SCREENSHOT_SECONDS:g})")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--part", choices=["all", "transitions", "repaint"], default="all")
+    parser.add_argument("--part", choices=["all", "transitions", "repaint", "live"], default="all")
     parser.add_argument("--typing-steps", type=int, default=6, help="typing steps per repaint delay and settle")
     parser.add_argument("--repaint-delays", type=lambda v: tuple(float(x) for x in v.split(",")),
                         default=REPAINT_DELAYS, help="comma-separated repaint delays in seconds (default 0,0.8,2,3)")
+    parser.add_argument("--live-delays", type=lambda v: tuple(float(x) for x in v.split(",")),
+                        default=LIVE_DELAYS, help="repaint delays beside live regions (default 0,1.5,2,3)")
     args = parser.parse_args()
     print(conditions(), flush=True)
     if args.part in ("all", "transitions"):
         transitions_part(args)
     if args.part in ("all", "repaint"):
         repaint_part(args.typing_steps, args.repaint_delays)
+    if args.part in ("all", "live"):
+        live_part(args.typing_steps, args.live_delays)
 
 
 def transitions_part(args: argparse.Namespace) -> None:

@@ -16,12 +16,13 @@ soon after; until then it may still hold the adapter's HTTP session, and its Pre
 run stays "Running" in the UI. An abandoned reset at level "reboot" could still start a process
 after the pool replaced the VM (it would be a leak on a provider without per-VM cleanup).
 
-The episode keeps its soft limit (EpisodeLimits.wall_clock_seconds, checked between steps, which
-keeps the steps played so far); the hard limit of the episode stage defaults to that limit plus
-EPISODE_HARD_LIMIT_GRACE seconds and only fires when a step blocks. The episode fills in an
-outcome this module owns, so a hard-limit stop keeps the steps played so far and knows what the
-episode was blocked on: the environment (an observation or action the server never answered:
-infrastructure, adapters/outcomes.py R7) or the agent (a timeout).
+The episode keeps its soft limits (EpisodeLimits: the agent's time and the environment's time, each
+checked between steps against its own limit, which keeps the steps played so far); the hard limit of
+the episode stage defaults to the two limits plus EPISODE_HARD_LIMIT_GRACE seconds and only fires
+when a step blocks; its reason says how much time the agent and the environment took. The episode
+fills in an outcome this module owns, so a hard-limit stop keeps the steps played so far and knows
+what the episode was blocked on: the environment (an observation or action the server never
+answered: infrastructure, adapters/outcomes.py R7) or the agent (a timeout).
 
 Whose fault each failure is is decided by adapters/outcomes.py; this module only maps the
 stage a failure came from to the outcome those rules give.
@@ -40,14 +41,16 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from adapters.benchmark import BenchmarkAgent, BenchmarkResult, BenchmarkTask, ModelUsage, OutcomeKind, StepRecord
-from adapters.episode import EpisodeLimits, EpisodeOutcome
+from adapters.episode import EpisodeLimits, EpisodeOutcome, blocked_times
 from adapters.outcomes import EnvironmentFault, stage_timeout_outcome
 from adapters.vms.base import ProviderError, ResetLevel, VMHandle, VMProvider
 from adapters.waa.catalog import WAATaskCatalog
 from adapters.waa.client import WAAClient
 from adapters.waa.errors import WAAConnectionError, WAAError
+from adapters.waa.initial_state import StartStateError, StartStates, read_state
 from adapters.waa.live import LiveAdapterSettings, WAALiveAdapter
 from adapters.waa.setup_steps import SetupStepError
+from flows import live_view
 from flows.stage_limits import DEFAULT_STAGE_TIMEOUTS, EPISODE_HARD_LIMIT_GRACE, StageTimeout
 from tasks.episode import play_episode
 from tasks.evaluate import evaluate_state
@@ -104,14 +107,17 @@ class AttemptContext:
     artifacts_dir: Path
     adapter_settings: LiveAdapterSettings
     # Hard wall-clock limit per stage (reset, setup, episode, evaluate); missing stages use
-    # DEFAULT_STAGE_TIMEOUTS, and the episode its soft limit + EPISODE_HARD_LIMIT_GRACE.
+    # DEFAULT_STAGE_TIMEOUTS, and the episode its two soft limits + EPISODE_HARD_LIMIT_GRACE.
     stage_timeouts: Mapping[str, float] = field(default_factory=dict)
+    # What each VM's evaluator-read state was when first read, for the start-state check at
+    # reset levels that restore nothing (adapters/waa/initial_state.py; one per pool).
+    start_states: StartStates = field(default_factory=StartStates)
 
     def stage_limit(self, stage: str) -> float:
         if stage in self.stage_timeouts:
             return float(self.stage_timeouts[stage])
-        if stage == "episode":
-            return self.limits.wall_clock_seconds + EPISODE_HARD_LIMIT_GRACE
+        if stage == "episode":  # the agent's time and the environment's are limited apart
+            return self.limits.wall_clock_seconds + self.limits.environment_limit + EPISODE_HARD_LIMIT_GRACE
         return DEFAULT_STAGE_TIMEOUTS[stage]
 
 
@@ -124,6 +130,14 @@ def attempt_cache_dir(cache_root: Path, task_id: str, attempt: int) -> Path:
     """
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", task_id).strip(".") or "task"
     return cache_root / "attempts" / f"{safe}-{attempt}"
+
+
+def _set_up_isolated(adapter: WAALiveAdapter, task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext) -> str | None:
+    """Run the task's setup, then check that what its evaluator reads is in its initial state
+    (at reset levels that restore nothing: adapters/waa/initial_state.py `StartStates`); why the
+    task cannot start isolated, or None."""
+    setup_task(adapter, task)
+    return ctx.start_states.check(vm.base_url, task, ctx.reset_level.value, lambda: read_state(adapter.client, task))
 
 
 def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt: int, *,
@@ -190,10 +204,13 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
     try:
         if vm.take_fresh():
             timings["reset"] = 0.0  # the VM just came up in the clean state a reset restores
+            ctx.start_states.fresh(vm.base_url)
         else:
             timed("reset", reset_vm, ctx.provider, vm, ctx.reset_level, task)
     except (ProviderError, WAAError) as exc:
         return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=f"reset ({ctx.reset_level.value}) failed: {exc}")
+    except StartStateError as exc:  # the reset could not make a start state (R12)
+        return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=f"reset ({ctx.reset_level.value}): {exc}")
     except StageTimeout as exc:  # only the environment works in this stage
         return finish(stage_timeout_outcome("reset", waiting_on_agent=False), error=str(exc))
 
@@ -207,11 +224,15 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
     )
     try:
         try:
-            timed("setup", setup_task, adapter, task)
+            isolated = timed("setup", _set_up_isolated, adapter, task, vm, ctx)
         except SetupStepError as exc:
             return finish(OutcomeKind.SETUP_FAILURE, error=str(exc))
         except (EnvironmentFault, WAAConnectionError) as exc:
             return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=f"setup: {exc}")
+        finally:
+            ctx.start_states.ran(vm.base_url, task.task_id)  # setup may have changed what later tasks read
+        if isolated is not None:  # cannot start isolated at this reset level: not the agent's (R12)
+            return finish(OutcomeKind.SETUP_FAILURE, error=isolated)
 
         if (ended := stopped()) is not None:
             return ended
@@ -221,15 +242,19 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
             agent.trial = trial
         adapter.needs = agent.observation_needs()  # fetch only what this agent reads
         episode = EpisodeOutcome(stop=stop)
+        live_view.BOARD.attempt_started(vm.vm_id, task.task_id, trial, attempt, episode, screenshot_dir, vm.details)
         try:
             timed("episode", play_episode, adapter, agent, task, ctx.limits, screenshot_dir, episode)
         except StageTimeout as exc:
             # Blocked in the environment = the server did not answer; in the agent = timeout (R7).
             on_agent = episode.phase == "agent"
             waiting = "the first observation" if episode.phase == "observe" else "an action or observation"
+            agent_took, env_took = blocked_times(episode)
+            spent = f"the agent took {agent_took:.1f} s, the environment {env_took:.1f} s"
             return finish(
                 stage_timeout_outcome("episode", waiting_on_agent=on_agent),
-                error=str(exc) if on_agent else f"{exc}; the WAA server did not answer {waiting} (attempt not scored)",
+                error=f"{exc}; {spent}" if on_agent
+                else f"{exc}; the WAA server did not answer {waiting} ({spent}; attempt not scored)",
                 steps=list(episode.steps),
                 usage=episode.usage,
                 unhealthy=True,
@@ -256,4 +281,5 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
     except Exception as exc:  # noqa: BLE001 - an unforeseen failure still yields one result
         return finish(OutcomeKind.INFRASTRUCTURE_ERROR, error=f"unexpected {type(exc).__name__}: {exc}")
     finally:
+        live_view.BOARD.attempt_ended(vm.vm_id)
         adapter.close()

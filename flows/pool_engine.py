@@ -22,9 +22,11 @@ back-off, which cost about 2 s per task and left lanes idle for up to 10 s on th
 Trials: with `trials = K` each task is queued K times, one unit per trial (`TaskTrial`), each
 from a fresh reset with its own retries; its "evaluate-task" run is named `<domain>/<task> trial k`.
 
-Retries: only infrastructure errors are retried, on another VM (the pool replaces the failed
-one in the background, and the retry takes the first VM that is free), up to `max_attempts`
-attempts per trial and invocation. Attempt numbers continue from the ones already stored (and
+Retries: only infrastructure errors are retried, from a fresh reset on the first VM that is free
+(the pool replaces the failed one in the background; existing servers come back at the same
+address, so there the retry runs on the same server), up to `max_attempts` attempts per trial
+and invocation; the log says on which VM each retry runs. An evaluation that fails the same way
+again is the task's evaluation error and is not retried (adapters/outcomes.py R11). Attempt numbers continue from the ones already stored (and
 count on across a task's trials), so a resumed run never overwrites an earlier attempt.
 
 Scheduling: tasks start longest first by the durations earlier runs recorded; lanes that run
@@ -53,6 +55,7 @@ from prefect.states import Completed, State
 from adapters.agents import AgentOptions, build_agent
 from adapters.benchmark import BenchmarkResult, BenchmarkTask
 from adapters.episode import EpisodeLimits
+from adapters.outcomes import RepeatedFaults
 from adapters.process_dirs import temporary_process_dir
 from adapters.store.duckdb_store import ResultStore
 from adapters.store.recorder import RecorderClose, ResultRecorder
@@ -200,6 +203,8 @@ class Lanes:
     budget: RunBudget | None = None
     hedging: Hedging | None = None
     expected_seconds: dict[str, float] | None = None
+    # Evaluation faults of the run, shared by every task (adapters/outcomes.py R11).
+    repeats: RepeatedFaults = field(default_factory=RepeatedFaults)
 
     @property
     def schedule(self) -> Schedule:
@@ -207,6 +212,7 @@ class Lanes:
         return Schedule(
             work=self.work, pool=self.pool, max_attempts=self.max_attempts, budget=self.budget,
             may_start=self.store_has_room, hedging=self.hedging, expected_seconds=self.expected_seconds,
+            repeats=self.repeats,
         )
 
     def hooks(self, trial: int) -> AttemptHooks:
@@ -259,11 +265,12 @@ def attempt_task(task: BenchmarkTask, lanes: Lanes, trial: int = 1) -> State | N
     background recorder (adapters/store/recorder.py).
 
     Every attempt is recorded as it finishes; an infrastructure failure hands the VM back as
-    unhealthy (the pool replaces it) and the next attempt runs on another VM. Attempt numbers
-    continue after those already stored for the task (a resumed run), and start no lower than the
-    queue's first attempt for it (a shard: the earlier attempts are in its controller's file).
-    No retry starts once the budget is exhausted; None only if the budget stopped it before the
-    first attempt. The state is named by the last attempt's outcome (`outcome_state`).
+    unhealthy (the pool replaces it) and the next attempt runs from a fresh reset on the first VM
+    that is free (`attempt_loop` logs which). Attempt numbers continue after those already stored
+    for the task (a resumed run), and start no lower than the queue's first attempt for it (a shard:
+    the earlier attempts are in its controller's file). No retry starts once the budget is
+    exhausted; None only if the budget stopped it before the first attempt. The state is named by
+    the last attempt's outcome (`outcome_state`).
     """
     return outcome_state(attempt_loop(TaskTrial(task, trial), lanes.schedule, lanes.hooks(trial)))
 

@@ -105,8 +105,9 @@ class SuiteRunConfig(BaseModel):
     episode_timeout_seconds: float = Field(default=1200.0, gt=0)
     # Hard wall-clock limit per stage (reset, setup, episode, evaluate), enforced in our code
     # (flows/attempt.py); a stage past its limit ends the attempt as "timeout" and its VM is
-    # replaced. "episode" defaults to episode_timeout_seconds + 30 s (the soft limit is checked
-    # between steps; the hard one catches a step blocked in a call).
+    # replaced. "episode" defaults to the episode's two soft limits (the agent's time and the
+    # environment's, each episode_timeout_seconds) + 30 s: the soft ones are checked between
+    # steps, the hard one catches a step blocked in a call (flows/stage_limits.py).
     stage_timeouts: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_STAGE_TIMEOUTS))
     max_attempts: int = Field(default=3, ge=1)
     # Hedge copies of the run's last tasks on VMs with nothing left to do (flows/hedging.py): the

@@ -15,10 +15,11 @@ own infrastructure retries. Attempt numbers count per task across its trials (`W
 so two trials of one task running at once never share an attempt number or its stored row.
 
 What the core decides: which task a lane starts next (`WorkQueue`, ordered by `longest_first`),
-when a task is attempted again (only after an infrastructure error, on another VM, up to
-`max_attempts`), that every attempt is recorded before its VM goes back to the pool, and when a
-lane that ran out of work retires a VM the remaining tasks do not need, or (with hedging on)
-first runs a copy of the task expected to end last.
+when a task is attempted again (only after an infrastructure error, from a fresh reset on the
+next VM the pool hands out, up to `max_attempts`; an evaluation that fails the same way again is
+the task's evaluation error, adapters/outcomes.py R11), that every attempt is recorded before its
+VM goes back to the pool, and when a lane that ran out of work retires a VM the remaining tasks
+do not need, or (with hedging on) first runs a copy of the task expected to end last.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from adapters.benchmark import BenchmarkResult, BenchmarkTask
+from adapters.outcomes import RepeatedFaults
 from adapters.vms.base import ProviderError, VMHandle
 from adapters.vms.pool import VMPool
 from flows.hedging import Hedging, Race
@@ -188,6 +190,8 @@ class Schedule:
     # which running task is expected to end last.
     hedging: Hedging | None = None
     expected_seconds: Mapping[str, float] | None = None
+    # Evaluation faults seen in the run, to tell one that repeats with a task from the VM's (R11).
+    repeats: RepeatedFaults = field(default_factory=RepeatedFaults)
 
 
 class AttemptFn(Protocol):
@@ -217,15 +221,17 @@ def attempt_loop(unit: WorkUnit, schedule: Schedule, hooks: AttemptHooks) -> Ben
     """Attempt one trial of a task (a bare task: its trial 1) until it ends for a
     non-infrastructure reason or its `max_attempts` attempts run out.
 
-    Every attempt is recorded as it finishes, carrying its trial number; an infrastructure
-    failure hands the VM back as unhealthy (the pool replaces it) and the next attempt runs on
-    another VM. Attempt numbers come from the queue (`WorkQueue.claim_attempt`: from the task's
-    first attempt, after those a resumed run or a shard's controller already stored, counting on
-    across the task's trials). No retry starts once the budget is exhausted. With hedging on, a
-    hedge copy running when an attempt fails becomes the next attempt (`copy_loop` carries the
-    task on; this returns the failed attempt's result). Returns the last attempt's result; None
-    if the budget or an empty pool stopped the trial before its first attempt, or if the stop
-    abandoned the attempt (then nothing is recorded).
+    Every attempt is recorded as it finishes, carrying its trial number; an infrastructure failure
+    hands the VM back as unhealthy (the pool replaces it) and the next attempt runs from a fresh
+    reset on the first VM that is free (the log says which: another VM, or the same one when the
+    provider has no other). An evaluation that fails the same way again is the task's
+    (`RepeatedFaults`, R11): not retried. Attempt numbers come from the queue
+    (`WorkQueue.claim_attempt`: from the task's first attempt, after those a resumed run or a
+    shard's controller already stored, counting on across the task's trials). No retry starts once
+    the budget is exhausted. With hedging on, a hedge copy running when an attempt fails becomes the
+    next attempt (`copy_loop` carries the task on; this returns the failed attempt's result).
+    Returns the last attempt's result; None if the budget or an empty pool stopped the trial before
+    its first attempt, or if the stop abandoned the attempt (then nothing is recorded).
     """
     hedging = schedule.hedging
     key = (unit.task_id, as_trial(unit).trial)
@@ -313,13 +319,18 @@ def _own(unit: WorkUnit, schedule: Schedule, hooks: AttemptHooks, race: Race | N
     task, trial = as_trial(unit).task, as_trial(unit).trial
     expected = (schedule.expected_seconds or {}).get(task.task_id)
     result: BenchmarkResult | None = None
+    failed_on: _FailedOn | None = None  # the VM the attempt before a retry ran on
     for tries in range(first_try, schedule.max_attempts + 1):
+        previous = result
         if in_hand is not None:
-            result, in_hand = in_hand, None
+            result, in_hand = schedule.repeats.judge(previous, in_hand), None
             hooks.record(result)
             vm_id = result.vm_id
+            failed_on = _FailedOn(vm_id or "", None, False)
         else:
             if budget is not None and budget.exhausted():
+                if failed_on is not None:
+                    hooks.logger.warning("task %s: not retried: %s", task.task_id, budget.exhausted())
                 break
             try:
                 lease = pool.lease(retry=tries > 1)  # a retry is served before new tasks
@@ -330,6 +341,9 @@ def _own(unit: WorkUnit, schedule: Schedule, hooks: AttemptHooks, race: Race | N
                 hooks.logger.warning("task %s not attempted: %s", task.task_id, exc)
                 break
             attempt = work.claim_attempt(task.task_id)
+            if failed_on is not None:
+                hooks.logger.warning("task %s%s: attempt %d (a retry) runs on %s", task.task_id,
+                                     f" trial {trial}" if trial > 1 else "", attempt, _where_retry_runs(failed_on, vm))
             if race is not None:
                 race.owner_attempting(tries, expected)
             try:
@@ -338,8 +352,13 @@ def _own(unit: WorkUnit, schedule: Schedule, hooks: AttemptHooks, race: Race | N
                     hooks.logger.warning("task %s: attempt %d abandoned by the stop, not recorded",
                                          task.task_id, attempt)
                     return None, False
+                judged = schedule.repeats.judge(previous, result)
+                if judged is not result:
+                    vm.healthy = True  # the fault is the task's (R11): the VM need not be replaced
+                    result = judged
                 # Recorded before the VM goes back: replacing a failed VM can take minutes.
                 hooks.record(result)
+                failed_on = _FailedOn(vm.vm_id, vm.base_url, vm.healthy)
             finally:
                 lease.__exit__(None, None, None)
             vm_id = vm.vm_id
@@ -355,7 +374,9 @@ def _own(unit: WorkUnit, schedule: Schedule, hooks: AttemptHooks, race: Race | N
         handover, held = ("retry", None) if race is None or schedule.hedging is None else \
             race.owner_failed(schedule.hedging.stats)
         last = tries == schedule.max_attempts and handover == "retry"
-        then = {"retry": "retrying on another VM", "handed": "its hedge copy, running, is the next attempt",
+        then = {"retry": f"retrying from a fresh reset (try {tries + 1} of {schedule.max_attempts}; "
+                         "the next line says on which VM)",
+                "handed": "its hedge copy, running, is the next attempt",
                 "held": "its hedge copy already ended: recorded as the next attempt"}[handover]
         hooks.logger.warning("task %s%s attempt %d on %s: infrastructure error (%s); %s", task.task_id,
                              f" trial {trial}" if trial > 1 else "", result.attempt,
@@ -364,7 +385,28 @@ def _own(unit: WorkUnit, schedule: Schedule, hooks: AttemptHooks, race: Race | N
         if handover == "handed":
             return result, True
         in_hand = held
+        if handover != "retry":
+            failed_on = None
     return result, False
+
+
+@dataclass(frozen=True)
+class _FailedOn:
+    """The VM an attempt ran on, as its retry's message compares it (a VMHandle's fields then)."""
+
+    vm_id: str
+    base_url: str | None  # None: not known (a hedge copy's VM)
+    kept: bool  # the VM was still sound afterwards (not handed back for replacement)
+
+
+def _where_retry_runs(failed_on: _FailedOn, vm: VMHandle) -> str:
+    """Where a retry runs, as its log line says it: the same VM as the failed attempt or another."""
+    if vm.vm_id == failed_on.vm_id and failed_on.base_url in (None, vm.base_url):
+        if failed_on.kept:
+            return f"{vm.vm_id}, the same VM as the failed attempt (its fault was not the VM's), from a fresh reset"
+        return (f"{vm.vm_id}, the same VM as the failed attempt, from a fresh reset (the provider had no other: "
+                "the server came back at the same address)")
+    return f"{vm.vm_id}, another VM than the failed attempt's ({failed_on.vm_id})"
 
 
 def lane_loop(

@@ -14,7 +14,8 @@ STAGES: tuple[str, ...] = ("reset", "setup", "episode", "evaluate")
 # Hard wall-clock limits per stage, in seconds. Real VMs: a snapshot reset or a slow setup step
 # (downloads, app launches) can take minutes; evaluation may fetch files and walk the tree.
 DEFAULT_STAGE_TIMEOUTS: dict[str, float] = {"reset": 600.0, "setup": 900.0, "evaluate": 900.0}
-# Without an explicit "episode" limit, the episode stage's hard limit is the soft limit plus this.
+# Without an explicit "episode" limit, the episode stage's hard limit is its two soft limits (the
+# agent's time and the environment's, adapters/episode.py) plus this.
 EPISODE_HARD_LIMIT_GRACE = 30.0
 
 

@@ -548,3 +548,88 @@ def test_r7_one_deadline_covers_a_reads_retries() -> None:
         for conn in accepted:
             conn.close()
         listener.close()
+
+
+class _Thinking(_Plan):
+    """A plan whose every decision takes `seconds` of the agent's own time."""
+
+    def __init__(self, actions: list[BenchmarkAction | Any], seconds: float) -> None:
+        super().__init__(actions)
+        self.seconds = seconds
+
+    def act(self, task: BenchmarkTask, observation: BenchmarkObservation, history: list[StepRecord]) -> BenchmarkAction:
+        time.sleep(self.seconds)
+        return super().act(task, observation, history)
+
+
+def test_r7_a_slow_tree_past_the_episode_limit_is_the_servers_time_not_the_agents(tmp_path: Path) -> None:
+    """WAA's slow accessibility tree (quirks: 1.5 s a read) pushes an episode past its 3 s
+    limit while the agent spends almost nothing: infrastructure, with both times in the reason,
+    not the agent's `timeout`."""
+    handle = start_local_env(tmp_path / "sim", quirks=True, quirk_settings={
+        "ready_delay": 0, "accessibility_delay": 1.5, "launch_delay": 0, "failsafe": False})
+    try:
+        adapter = _adapter(handle.base_url, tmp_path)
+        first = adapter.reset(NOTEPAD_TASK)
+        agent = _Plan([BenchmarkAction(type=ActionType.TYPE, text=f"line {n}\n") for n in range(10)])
+        episode = run_episode(adapter, agent, NOTEPAD_TASK, EpisodeLimits(max_steps=10, wall_clock_seconds=3.0),
+                              first_observation=first)
+    finally:
+        handle.stop()
+    assert episode.final_outcome is OutcomeKind.INFRASTRUCTURE_ERROR, episode.error
+    assert episode.env_seconds > 3.0 and episode.agent_seconds < 1.0
+    assert "because the server was slow" in (episode.error or "")
+    assert f"the agent {episode.agent_seconds:.1f} s, the environment (WAA server) {episode.env_seconds:.1f} s" \
+        in (episode.error or "")
+
+
+def test_r7_the_agents_own_time_past_the_limit_is_its_timeout(sim: LocalEnvHandle, tmp_path: Path) -> None:
+    """An agent that thinks 0.6 s a step on a server that answers at once: past a 1.5 s limit
+    the time is the agent's (`timeout`), and the reason says what the environment took."""
+    adapter = _adapter(sim.base_url, tmp_path)
+    first = adapter.reset(NOTEPAD_TASK)
+    agent = _Thinking([BenchmarkAction(type=ActionType.TYPE, text="x")] * 10, seconds=0.6)
+    episode = run_episode(adapter, agent, NOTEPAD_TASK, EpisodeLimits(max_steps=10, wall_clock_seconds=1.5),
+                          first_observation=first)
+    assert episode.final_outcome is OutcomeKind.TIMEOUT, episode.error
+    assert episode.agent_seconds > 1.5
+    assert "the agent's time ran out" in (episode.error or "") and "the environment (WAA server)" in (episode.error or "")
+
+
+# --- R11: a fault that repeats ----------------------------------------------------------------
+
+
+def _evaluation_failure(task_id: str, vm_id: str, message: str, attempt: int = 1) -> Any:
+    from adapters.benchmark import BenchmarkResult
+
+    error = (f"result getter vm_command_line: the server failed /execute: HTTP 500: {message} "
+             "(not scored; the attempt is retried)")
+    return BenchmarkResult(task_id=task_id, outcome=OutcomeKind.INFRASTRUCTURE_ERROR, error=error, reason=error,
+                           vm_id=vm_id, attempt=attempt, timings={"evaluate": 0.2})
+
+
+def test_r11_an_evaluation_fault_that_repeats_is_the_tasks_unless_another_task_met_it() -> None:
+    from adapters.outcomes import RepeatedFaults, evaluation_fault_signature
+
+    charmap = "'charmap' codec can't decode byte 0x81 in position 1: character maps to <undefined>"
+    faults = RepeatedFaults()
+    first = _evaluation_failure("t", "vm-0", charmap)
+    assert faults.judge(None, first) is first  # once is the server's (R9): retried
+    again = faults.judge(first, _evaluation_failure("t", "vm-1", charmap, 2))
+    assert again.outcome is OutcomeKind.EVALUATION_ERROR and "on VM vm-0, then on a fresh VM vm-1" in (again.error or "")
+    assert charmap in (again.error or "")
+    # Another message the second time: not a repeat.
+    other = _evaluation_failure("u", "vm-2", "Internal server error")
+    assert faults.judge(other, _evaluation_failure("u", "vm-3", charmap, 2)).outcome is OutcomeKind.INFRASTRUCTURE_ERROR
+    # The same failure met by two tasks is the server's: it stays infrastructure for both.
+    shared = RepeatedFaults()
+    shared.judge(None, _evaluation_failure("a", "vm-0", "Internal server error"))
+    b1 = _evaluation_failure("b", "vm-1", "Internal server error")
+    shared.judge(None, b1)
+    assert shared.judge(b1, _evaluation_failure("b", "vm-2", "Internal server error", 2)).outcome \
+        is OutcomeKind.INFRASTRUCTURE_ERROR
+    # A VM out of reach, or a failure outside evaluation, never counts.
+    unreachable = _evaluation_failure("c", "vm-0", "x").model_copy(update={"error": "result getter vm_file: VM "
+                                                                           "unreachable (...) (not scored; ...)"})
+    assert evaluation_fault_signature(unreachable) is None
+    assert evaluation_fault_signature(first.model_copy(update={"timings": {"setup": 1.0}})) is None

@@ -15,6 +15,9 @@ what is wrong and the fix. Rules (their codes):
   or, offline, that is missing from the download cache.
 - ``infeasible-fail-only``: an infeasible task whose evaluator a bare ``FAIL`` satisfies: an agent
   that always gives up scores it (WAA-V2 removed these tasks).
+- ``getter-reads-folder``: a ``vm_file`` getter whose path is a folder, known without a VM (one of
+  the user profile's own folders, a folder an earlier step creates, a path ending in ``\``): WAA's
+  ``/file`` answers 500 for it every time, so the task's evaluation can never succeed.
 - ``path-outside-folder``: a field that names a file on the evaluation host (a getter's ``dest``,
   a ``cache_file`` path, an ``execute`` step's ``stdout``, a download's cached name, a ``rule``
   a file metric would open) leads out of its folder (absolute, ``..``): runs refuse the task
@@ -48,7 +51,7 @@ INDEX = "test_all.json"
 RULES = (
     "unreadable-task", "duplicate-id", "id-mismatch", "non-windows-path", "upload-into-missing-folder", "missing-program",
     "unknown-setup-type", "unknown-getter", "unknown-metric", "unfetchable-file", "infeasible-fail-only",
-    "path-outside-folder", "sleep-too-long",
+    "path-outside-folder", "sleep-too-long", "getter-reads-folder",
 )
 # Programs a Windows VM lacks that real WAA tasks launch or might (Linux tools).
 LINUX_PROGRAMS = frozenset({
@@ -297,6 +300,8 @@ def _task_findings(rel: str, task_id: str, raw: dict[str, Any],
                                                      str(dest)))
         elif spec.get("type") in ("vm_file", "vm_command_line") and isinstance(spec.get("path"), str):
             found += _path_findings(rel, f"{where}.path", spec["path"], task_id)
+        if spec.get("type") == "vm_file":
+            found += _folder_read_findings(rel, where, spec.get("path"), created, task_id)
     func = evaluator.get("func")
     if func == "infeasible" or (isinstance(func, list) and "infeasible" in func
                                 and (len(func) == 1 or evaluator.get("conj") == "or")):
@@ -319,6 +324,38 @@ def _folders_made_by(command: Any) -> tuple[set[str], bool]:
         return set(), False
     paths = {_norm(m.group(0).strip()) for m in _WINDOWS_PATH_IN_TEXT.finditer(text)}
     return paths, not paths
+
+
+def _folder_read_findings(rel: str, where: str, paths: Any, created: set[str], task_id: str) -> list[Finding]:
+    """A vm_file getter reading a path that is a folder whatever the VM holds: a folder of the
+    profile, one an earlier step made, or a path ending in a separator."""
+    many = isinstance(paths, list)
+    found = []
+    for k, path in enumerate(paths if many else [paths]):
+        if not isinstance(path, str) or not path.strip():
+            continue
+        why = _known_folder(path, created)
+        if why:
+            found.append(Finding(
+                rel, f"{where}.path" + (f"[{k}]" if many else ""), "getter-reads-folder",
+                f"reads {path} as a file, but it is {why}: WAA's /file answers 500 for a folder every time, so the "
+                "evaluation always fails", "name the file inside it, or check the folder with list_directory or "
+                "vm_folder_exists_in_documents", task_id))
+    return found
+
+
+def _known_folder(path: str, created: set[str]) -> str | None:
+    """Why `path` is a folder on any WAA VM (a text for the finding), or None when it may be a file."""
+    if path.rstrip() != path.rstrip().rstrip("\\/"):
+        return "a folder (it ends in a path separator)"
+    norm = _norm(path)
+    if norm in {_norm(str(PROFILE))} | {_norm(str(PROFILE / f)) for f in PROFILE_FOLDERS}:
+        return "a folder of the user profile"
+    if norm in created:
+        return "a folder an earlier setup step creates"
+    if re.fullmatch(r"[a-z]:", norm):
+        return "a drive"
+    return None
 
 
 def _evaluator_specs(evaluator: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -9,6 +9,7 @@ BenchmarkAdapter interface on top of them.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -53,17 +54,22 @@ from adapters.outcomes import (
     is_computer_unset,
 )
 from adapters.waa.catalog import WAATaskCatalog
-from adapters.waa.initial_state import initial_state_problem
+from adapters.waa.initial_state import StartStateError, clear_leftovers, initial_state_problem
 from adapters.waa.client import WAAClient
 from adapters.waa.errors import WAAError
 from adapters.waa.evaluate_client import EvaluateEndpointClient
 from adapters.waa.grounding import Marks
 from adapters.waa.evaluator import evaluate_task
-from adapters.waa.settle import SettlePolicy, Settled, settle
+from adapters.waa.settle import LiveRegions, SettlePolicy, Settled, settle
 from adapters.waa.setup_steps import SetupRunner, SetupStepError
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+
+# Frames taken while the agent thinks, to learn the screen's live regions (`_ScreenWatcher`):
+# enough to see a caret blink, a spinner turn and a clock tick, few enough to cost the VM little.
+WATCH_FRAMES = 3
+WATCH_GAP_SECONDS = 0.5
 
 _POINTER = {ActionType.CLICK, ActionType.DOUBLE_CLICK, ActionType.RIGHT_CLICK}
 
@@ -153,6 +159,10 @@ class WAALiveAdapter(BenchmarkAdapter):
         self._screenshot: bytes | None = None
         # R5: whether the agent typed text the tree serializer refuses in this episode.
         self._typed_control_characters = False
+        # What moves on the screen by itself (adapters/waa/settle.py), learned over an episode;
+        # frames taken while the agent thinks feed it (`_watch_screen`).
+        self._live = LiveRegions()
+        self._watcher: _ScreenWatcher | None = None
 
     # -- catalog ---------------------------------------------------------------------------
 
@@ -165,8 +175,11 @@ class WAALiveAdapter(BenchmarkAdapter):
     # -- per-task pieces -------------------------------------------------------------------
 
     def clean_desktop(self) -> None:
-        """WAA's own reset: close every window and clear the task files in Downloads."""
-        clean_desktop(self.client)
+        """WAA's own reset: close every window and clear the task files in Downloads; then the
+        prompts it leaves are answered without saving (StartStateError if a window stays)."""
+        self._stop_watching()
+        self._live.clear()
+        clean_desktop(self.client, self.settings.accessibility_backend)
         self._last_observation = None
         self._last_action = None
         self._marks, self._marks_sent = Marks(()), None
@@ -223,7 +236,7 @@ class WAALiveAdapter(BenchmarkAdapter):
             raw["tree_error"] = tree_error
         if settled is not None:
             raw["settle"] = {"seconds": round(settled.seconds, 3), "captures": settled.captures,
-                             "changed": settled.changed, "capped": settled.capped}
+                             "changed": settled.changed, "capped": settled.capped, "live_cells": settled.live_cells}
         observation = BenchmarkObservation(
             screenshot=screenshot,
             viewport=self._observation_call(self.screen_size),
@@ -233,7 +246,22 @@ class WAALiveAdapter(BenchmarkAdapter):
             raw_observation=raw,
         )
         self._last_observation = observation
+        self._watch_screen()
         return observation
+
+    def _watch_screen(self) -> None:
+        """While the agent thinks, take a few frames of the unchanged screen: what moves
+        between them is a live region (`LiveRegions`), and the last one is a fresher "before"
+        for the next settle. Only for the adaptive settle; a frame is used only if it was taken
+        before the next action was sent (`_ScreenWatcher`)."""
+        self._stop_watching()
+        if self.settings.settle.adaptive and self._screenshot is not None:
+            self._watcher = _ScreenWatcher(self.client.screenshot, self._screenshot, self._live)
+
+    def _stop_watching(self) -> bytes | None:
+        """Stop the frames taken while the agent thinks; the last one taken, if any."""
+        watcher, self._watcher = self._watcher, None
+        return watcher.stop() if watcher is not None else None
 
     def _read_tree(self) -> tuple[Any, str | None]:
         """The parsed tree, or None and why when the agent's own typing broke it (R5)."""
@@ -274,6 +302,9 @@ class WAALiveAdapter(BenchmarkAdapter):
         fails to carry out raises EnvironmentFault (R1); the fail-safe corner, ActionRejected.
         """
         self._last_action = action
+        fresher = self._stop_watching()
+        if fresher is not None:
+            self._screenshot = fresher  # the screen just before the action: the settle's "before"
         width, height = self._observation_call(self.screen_size)
         tree = self._last_observation.accessibility_tree if self._last_observation else None
         screen = Screen(width=width, height=height, tree=tree)
@@ -407,7 +438,7 @@ class WAALiveAdapter(BenchmarkAdapter):
         action = last.type if last is not None else ActionType.WAIT
         self._settled = settle(
             lambda: self._observation_call(self.client.screenshot), self._screenshot, action, self.settings.settle,
-            text=last.text if last is not None else None,
+            text=last.text if last is not None else None, live=self._live,
         )
         return self._settled
 
@@ -449,16 +480,59 @@ class WAALiveAdapter(BenchmarkAdapter):
         )
 
     def close(self) -> None:
+        self._stop_watching()
         # An abandoned episode's read may still be running: do not wait for it.
         if self._reader is not None:
             self._reader.shutdown(wait=False, cancel_futures=True)
         self.client.close()
 
 
-def clean_desktop(client: WAAClient) -> None:
-    """WAA's own between-task reset: close every window, clear the files in Downloads."""
+class _ScreenWatcher:
+    """Frames of the screen taken while the agent thinks (WATCH_FRAMES, WATCH_GAP_SECONDS
+    apart), learned from as live regions. A frame counts only if its capture ended before
+    `stop` (called just before the next action is sent), so no frame can show the action."""
+
+    def __init__(self, capture: Callable[[], bytes], last: bytes, live: LiveRegions) -> None:
+        self._capture = capture
+        self._last = last
+        self._taken: bytes | None = None
+        self._live = live
+        self._stopped = threading.Event()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._run, name="waa-watch", daemon=True).start()
+
+    def _run(self) -> None:
+        for _ in range(WATCH_FRAMES):
+            if self._stopped.wait(WATCH_GAP_SECONDS):
+                return
+            try:
+                png = self._capture()
+            except WAAError:
+                return  # the next observation will say whose fault a failing server is
+            with self._lock:
+                if self._stopped.is_set():
+                    return  # the action may have been sent meanwhile: this frame may show it
+                self._live.learn_frames(self._last, png)
+                self._last = self._taken = png
+
+    def stop(self) -> bytes | None:
+        """Stop; the last frame taken before now, or None."""
+        with self._lock:
+            self._stopped.set()
+            return self._taken
+
+
+def clean_desktop(client: WAAClient, backend: str = "uia") -> None:
+    """WAA's own between-task reset: close every window, clear the files in Downloads. Then what
+    WAA's close leaves (an unsaved document's save prompt) is answered without saving; a window
+    that still stays raises StartStateError (adapters/waa/initial_state.py `clear_leftovers`)."""
     client.setup_close_all()
     client.setup_clear_task_files()
+    left = clear_leftovers(client, backend)
+    if left:
+        raise StartStateError(
+            f"start state: window(s) left from an earlier task that WAA's reset could not close: "
+            f"{', '.join(repr(name) for name in left)}")
 
 
 def waa_last_action(action: BenchmarkAction | None) -> str | None:

@@ -13,13 +13,26 @@ takes 4 s to open is observed half-drawn). The adaptive policy watches the scree
    pause, so an application that repaints late is never observed before WAA would have looked);
 4. give up waiting at `cap_seconds` and observe anyway (a playing video never stands still).
 
-Captures are compared on a coarse grid so a blinking caret, a moving or hidden pointer or a
-clock ticking do not count as an effect (they stay below the effect size); a real effect that
-small costs only the change wait, never a stale observation. Typed text is expected to change
-about two grid cells per character, so typing a line shows its effect at once and returns fast,
-while a single character (indistinguishable from a caret blink) waits the change wait. The last
-capture is returned so the observation that follows can use it instead of taking another
-screenshot.
+Captures are compared on a coarse grid (4x4-pixel cells). A real desktop is never still: a caret
+blinks every 530 ms, a progress ring turns, a clock shows seconds; together they change tens of
+cells between any two captures, more than typed text does. Those *live regions* are learned and
+left out of every comparison (`LiveRegions`, `_Watch`):
+
+- before the action: the cells that moved between frames with no action between them (the
+  frames the adapter takes while the agent thinks) and the cells earlier waits of the episode
+  saw moving on their own;
+- while waiting: cells that change more than once in small changes (a window's repaint changes
+  hundreds of cells at once and is never taken for a live region).
+
+A cell still counts for the effect only once it has held still for the quiet time, and for
+LIVE_HOLD_SECONDS (longer than a blink, a turn or a second) while regions the episode had not
+learned are moving: a live region changes again within that time, the effect does not. A real
+effect as small as a live region costs only the change wait (WAA's pause stays the ceiling), never
+a stale observation. Typed text is expected to change about two grid cells per character, so
+typing a line shows its effect at once and returns fast, while a single character
+(indistinguishable from a caret blink) waits the change wait. Where nothing moves but the effect,
+this is the same wait as without live regions. The last capture is returned so the observation
+that follows can use it instead of taking another screenshot.
 
 Limit: an effect that starts after the change wait (a window that appears 4 s after a click that
 drew nothing at first) cannot be told from "no effect"; the fixed pause stays available
@@ -29,7 +42,9 @@ drew nothing at first) cannot be told from "no effect"; the fixed pause stays av
 from __future__ import annotations
 
 import io
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -51,6 +66,18 @@ WAA_PAUSE_SECONDS = 3.0
 # Changes below this many grid cells are noise when waiting for typed text: a caret (about 5
 # cells) and a pointer hidden or shown while typing (10-20 cells) stay below it.
 MIN_TEXT_CELLS = 24
+
+# Live regions (LiveRegions, _Watch): changes of fewer cells than this between two captures may
+# be live regions (a caret, a spinner, a clock: tens of cells); more is a window repainting.
+LIVE_MAX_CELLS = 256
+# While regions not learned before the action are seen moving (at least this many cells: more
+# than a caret and the stragglers at a learned region's edge), the effect's cells must hold still
+# this long: longer than a caret's blink (530 ms), a spinner's turn and a clock's second, so none
+# of them passes for the effect.
+LIVE_EVIDENCE_CELLS = 16
+LIVE_HOLD_SECONDS = 1.1
+# Steps whose live cells an episode remembers.
+LIVE_KEEP_STEPS = 8
 
 # How long after each action type nothing can have changed yet, and how long to wait for its
 # effect before concluding there is none: WAA's own pause for every action whose effect must be
@@ -142,13 +169,19 @@ def choose_policy(choice: float | str | None, default: SettlePolicy) -> SettlePo
 
 @dataclass(frozen=True)
 class Settled:
-    """What a settle wait saw: the last capture (None for a fixed pause) and how it ended."""
+    """What a settle wait saw: the last capture (None for a fixed pause) and how it ended;
+    `live_cells` is how many grid cells it left out as live regions."""
 
     screenshot: bytes | None
     seconds: float
     captures: int = 0
     changed: bool = False
     capped: bool = False
+    live_cells: int = 0
+
+
+Mask = Image.Image
+"""A set of grid cells: an "L" image the size of the grid, 255 where a cell is in the set."""
 
 
 class ScreenSignature:
@@ -162,7 +195,60 @@ class ScreenSignature:
         """How many grid cells differ noticeably (every cell, when the screen size changed)."""
         if self.grid.size != other.grid.size:
             return self.grid.size[0] * self.grid.size[1]
-        return ImageChops.difference(self.grid, other.grid).point(_CHANGED).histogram()[255]
+        return _count(self.moved(other))
+
+    def moved(self, other: "ScreenSignature") -> Mask:
+        """The cells that differ noticeably from `other`'s (of the same size)."""
+        return ImageChops.difference(self.grid, other.grid).point(_CHANGED)
+
+
+def _count(mask: Mask) -> int:
+    return mask.histogram()[255]
+
+
+def _empty(size: tuple[int, int]) -> Mask:
+    return Image.new("L", size, 0)
+
+
+class LiveRegions:
+    """Where the screen changes without any action (a blinking caret, a spinner, a clock with
+    seconds), learned over an episode: the cells seen moving on their own during the last `keep`
+    steps. Thread-safe: frames taken while the agent thinks are learned from another thread."""
+
+    def __init__(self, keep: int = LIVE_KEEP_STEPS) -> None:
+        self._masks: deque[Mask] = deque(maxlen=keep)
+        self._lock = threading.Lock()
+
+    def mask(self, size: tuple[int, int]) -> Mask | None:
+        """Every cell learned as live, on a grid of `size` (None when none is known for it)."""
+        with self._lock:
+            masks = [m for m in self._masks if m.size == size]
+        if not masks:
+            return None
+        union = masks[0]
+        for mask in masks[1:]:
+            union = ImageChops.lighter(union, mask)
+        return union
+
+    def learn(self, mask: Mask | None) -> None:
+        """Remember one step's live cells (older steps' are forgotten after `keep` steps)."""
+        if mask is not None and _count(mask):
+            with self._lock:
+                self._masks.append(mask)
+
+    def learn_frames(self, earlier: bytes, later: bytes) -> None:
+        """Learn from two frames taken with no action between them: what moved is live, unless
+        so much moved that it is a late repaint (LIVE_MAX_CELLS), not a live region."""
+        a, b = ScreenSignature(earlier), ScreenSignature(later)
+        if a.grid.size == b.grid.size:
+            moved = b.moved(a)
+            if _count(moved) < LIVE_MAX_CELLS:
+                self.learn(moved)
+
+    def clear(self) -> None:
+        """Forget everything (a new episode, a new screen)."""
+        with self._lock:
+            self._masks.clear()
 
 
 def settle(
@@ -172,15 +258,17 @@ def settle(
     policy: SettlePolicy,
     *,
     text: str | None = None,
+    live: LiveRegions | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Settled:
     """Wait after an `action` until the screen has settled, per `policy`.
 
-    `capture` takes a screenshot (PNG bytes); `before` is the screenshot the agent acted on, if
-    there is one (without it, every action waits its change wait); `text` is what a TYPE action
-    typed (it sets the effect size). Capture errors propagate: the caller decides whose fault
-    they are.
+    `capture` takes a screenshot (PNG bytes); `before` is the last screenshot taken before the
+    action, if there is one (without it, every action waits its change wait); `text` is what a
+    TYPE action typed (it sets the effect size); `live` holds the live regions learned before
+    this action, and learns the ones this wait sees. Capture errors propagate: the caller
+    decides whose fault they are.
     """
     start = clock()
     if policy.fixed_seconds is not None:
@@ -188,12 +276,9 @@ def settle(
             sleep(policy.fixed_seconds)
         return Settled(None, clock() - start)
     sleep(policy.floors.get(action, 0.1))
+    watch = _Watch(ScreenSignature(before) if before is not None else None, live, policy.effect_cells(action, text),
+                   policy)
     change_wait = policy.change_waits.get(action, 2.0)
-    effect_cells = policy.effect_cells(action, text)
-    reference = ScreenSignature(before) if before is not None else None
-    changed = False
-    previous: ScreenSignature | None = None
-    stable_since = start
     captures = 0
     while True:
         # The change wait counts from when a capture was asked for: a capture started before it
@@ -202,17 +287,95 @@ def settle(
         png = capture()
         now = clock()
         captures += 1
-        current = ScreenSignature(png)
-        if previous is None or current.changed_cells(previous) >= policy.min_changed_cells:
-            stable_since = now
-        if not changed and reference is not None and current.changed_cells(reference) >= effect_cells:
-            changed = True
-            stable_since = now  # the effect itself is a change: quiet counts from here
-        previous = current
+        watch.add(ScreenSignature(png), now)
         elapsed = now - start
-        effect_seen = changed or asked_at >= change_wait
-        if effect_seen and now - stable_since >= policy.quiet_seconds:
-            return Settled(png, elapsed, captures, changed)
+        quiet = now - watch.stable_since >= policy.quiet_seconds
+        shown = watch.effect_shown(now)
+        if quiet and (shown or asked_at >= change_wait):
+            return watch.done(Settled(png, elapsed, captures, shown, live_cells=watch.live_cells()))
         if elapsed >= policy.cap_seconds:
-            return Settled(png, elapsed, captures, changed, capped=True)
+            return watch.done(Settled(png, elapsed, captures, shown, capped=True, live_cells=watch.live_cells()))
         sleep(policy.poll_seconds)
+
+
+class _Watch:
+    """The captures of one settle wait, and what they say (see the module docstring).
+
+    Cells are compared with the screen before the action (`reference`). Live cells are left
+    out: those learned before the action (`prior`) and those seen changing more than once in
+    this wait (`twice`; only from changes small enough to be live regions, LIVE_MAX_CELLS, so a
+    window's repaint or transition is never taken for one). The action's effect has shown when
+    enough other cells differ from the reference and have held still for the hold time: the
+    quiet time, or LIVE_HOLD_SECONDS while regions the prior did not know are moving (a region
+    that moves on its own changes again within that time, a caret or a clock's seconds
+    included, so it cannot pass for the effect). The screen is quiet when no change as large
+    as `min_changed_cells`, the prior's cells left out, happened for the quiet time (cells seen
+    moving only in this wait still count there: a window's transition is waited out).
+    """
+
+    def __init__(self, reference: ScreenSignature | None, live: LiveRegions | None, effect_cells: int,
+                 policy: SettlePolicy) -> None:
+        self.reference = reference
+        self.live = live
+        self.effect_cells = effect_cells
+        self.policy = policy
+        self.previous = reference
+        self.current: ScreenSignature | None = None
+        self.prior: Mask | None = None
+        self.once: Mask | None = None
+        self.twice: Mask | None = None
+        self.recent: deque[tuple[float, Mask]] = deque()  # (when, cells that moved then)
+        self.stable_since = 0.0
+        self.first = True
+
+    def add(self, current: ScreenSignature, now: float) -> None:
+        """One more capture, taken at `now`."""
+        size = current.grid.size
+        if self.prior is None or self.prior.size != size:
+            self.prior = (self.live.mask(size) if self.live is not None else None) or _empty(size)
+            self.once, self.twice = _empty(size), _empty(size)
+        previous, self.previous, self.current = self.previous, current, current
+        first, self.first = self.first, False
+        if previous is None or previous.grid.size != size:
+            self.stable_since = now
+            if self.reference is not None and self.reference.grid.size != size:
+                self.reference = None  # the screen's size changed: no cell compares
+            return
+        moved = ImageChops.subtract(current.moved(previous), self.prior)
+        changed = _count(moved)
+        if first or changed >= self.policy.min_changed_cells:
+            self.stable_since = now
+        if changed < LIVE_MAX_CELLS:  # live regions move a little; a repaint moves a window
+            self.twice = ImageChops.lighter(self.twice, ImageChops.darker(self.once, moved))
+            self.once = ImageChops.lighter(self.once, moved)
+        self.recent.append((now, moved))
+
+    def hold_seconds(self) -> float:
+        """How long the effect's cells must have stood still (class docstring)."""
+        unknown_live = _count(self.twice) if self.twice is not None else 0
+        return LIVE_HOLD_SECONDS if unknown_live >= LIVE_EVIDENCE_CELLS else self.policy.quiet_seconds
+
+    def effect_shown(self, now: float) -> bool:
+        """Whether the action's effect has shown (class docstring)."""
+        if self.reference is None or self.current is None or self.prior is None:
+            return False
+        hold = self.hold_seconds()
+        while self.recent and self.recent[0][0] <= now - max(hold, LIVE_HOLD_SECONDS):
+            self.recent.popleft()
+        effect = ImageChops.subtract(ImageChops.subtract(self.current.moved(self.reference), self.prior), self.twice)
+        for when, moved in self.recent:
+            if when > now - hold:  # moved too recently to count as held
+                effect = ImageChops.subtract(effect, moved)
+        return _count(effect) >= self.effect_cells
+
+    def live_cells(self) -> int:
+        """The cells this wait left out as live."""
+        if self.prior is None or self.twice is None:
+            return 0
+        return _count(ImageChops.lighter(self.prior, self.twice))
+
+    def done(self, settled: Settled) -> Settled:
+        """Hand what this wait learned to the episode's live regions, and the result back."""
+        if self.live is not None:
+            self.live.learn(self.twice)
+        return settled

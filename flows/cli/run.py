@@ -310,7 +310,8 @@ def add_run(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argparse
         "or a fixed pause (WAA's runner: 3)",
     )
     run.add_argument("--max-steps", type=int)
-    run.add_argument("--episode-timeout", type=float, help="wall-clock seconds per episode")
+    run.add_argument("--episode-timeout", type=float,
+                     help="seconds per episode, the agent's time and the environment's each counted against it")
     run.add_argument("--max-attempts", type=int, help="attempts per task for infrastructure errors")
     run.add_argument(
         "--hedging", choices=("auto", "on", "off"),

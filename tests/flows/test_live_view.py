@@ -61,3 +61,39 @@ def test_beyond_loopback_only_with_a_token(monkeypatch: pytest.MonkeyPatch) -> N
         assert requests.get(bare, timeout=10).status_code == 401
         assert requests.get(bare + "?token=a-token-of-enough-length", timeout=10).status_code == 200
         assert json.loads(requests.get(bare + "state.json?token=a-token-of-enough-length", timeout=10).text) == []
+
+
+def test_a_real_run_shows_its_lanes_while_it_goes(prefect_server: None, tmp_path: Path) -> None:
+    """The bundled notepad tasks on the local environment (its quirks: a slow start and late
+    windows, so each episode lasts a while): the page lists each VM's task and step, and serves
+    the screen its agent sees; once the run ends, no lane is left."""
+    import threading
+    import time
+
+    from flows.evaluate_suite import run_suite
+    from flows.live_view import BOARD
+    from flows.run_config import SuiteRunConfig
+
+    seen: list[dict] = []
+    screens: list[bytes] = []
+    config = SuiteRunConfig(domains=["notepad"], pool_size=2, quirks=True, db_path=tmp_path / "arena.duckdb",
+                            artifacts_dir=tmp_path / "art", run_id="live-real")
+    with LiveView() as view:
+        runner = threading.Thread(target=run_suite, args=(config,))
+        runner.start()
+        deadline = time.monotonic() + 240
+        while runner.is_alive() and time.monotonic() < deadline and not screens:
+            state = requests.get(view.url.rstrip("/") + "/state.json", timeout=10).json()
+            seen += state
+            for lane in state:
+                screen = requests.get(view.url.rstrip("/") + f"/screen/{lane['vm']}", timeout=10)
+                if screen.status_code == 200:
+                    screens.append(screen.content)
+            time.sleep(0.3)
+        runner.join(300)
+    assert seen and {lane["task"] for lane in seen} <= {"notepad-append-line", "notepad-draft-documents",
+                                                          "notepad-replace-notes", "notepad-save-as-backup",
+                                                          "notepad-shopping-list-desktop",
+                                                          "INF-notepad-font-comic-papyrus"}
+    assert screens and screens[0][:8] == b"\x89PNG\r\n\x1a\n"
+    assert BOARD.lanes() == []

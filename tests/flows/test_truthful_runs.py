@@ -242,7 +242,10 @@ def test_a_getters_server_500_never_makes_a_scored_outcome(prefect_server: None,
     the default scoring that attempt is an infrastructure error and retried; --scoring waa-compat
     scores it as WAA does (0), and says so on the run (R9)."""
     server = start_local_env(tmp_path / "server")
-    failing = {"route": "/file", "status": 500, "count": 4}  # a read's 4 tries (3 retries) all fail
+    # A read's 4 tries (3 retries) all fail, twice: at an existing server's reset level (setup) the
+    # start-state check reads the file its evaluator reads first (R12; it leaves out a read the
+    # server failed), then the evaluation does.
+    failing = {"route": "/file", "status": 500, "count": 8}
     try:
         _set_faults(server.base_url, failing)
         strict = _run_on(server.base_url, tmp_path, "eval-500", NOTEPAD_TASKS)
@@ -291,3 +294,177 @@ def test_a_40000_character_text_arrives_verbatim_through_a_whole_run(prefect_ser
     assert _rows(db, "SELECT attempt, outcome FROM task_results WHERE run_id = 'long-text'") == [(1, "success")]
     deliveries = [d for (d,) in _rows(db, "SELECT delivery FROM steps WHERE run_id = 'long-text' AND action_type = 'type'")]
     assert deliveries == ["pyautogui.write through /execute: 40000 characters in 40 piece(s) of at most 1000"]
+
+
+# --- round 4: faults that repeat, time the server took, where retries run, start states --------
+
+CODE_PAGE_TASK = {
+    "id": "notepad-read-names-cp",
+    "snapshot": "notepad",
+    "instruction": "Leave the list of names as it is.",
+    "source": "round 4 stand-in",
+    "config": [{"type": "create_file", "parameters": {
+        "path": "C:\\Users\\Docker\\Desktop\\names.txt", "content": "Ёлка\nMüller\n"}}],
+    "trajectory": "trajectories/",
+    "related_apps": ["notepad"],
+    "evaluator": {
+        "func": "exact_match",
+        "result": {"type": "vm_command_line", "command": 'cmd /c type "C:\\Users\\Docker\\Desktop\\names.txt"'},
+        "expected": {"type": "rule", "rules": {"expected": "Ёлка\r\nMüller\r\n"}},
+    },
+}
+
+
+def _suite_with(tmp_path: Path, *tasks: dict[str, Any], plans: dict[str, Any] | None = None) -> Path:
+    """The bundled suite plus `tasks` (each done at once unless `plans` says otherwise)."""
+    import shutil
+
+    from adapters.waa.catalog import bundled_suite_dir
+
+    suite = tmp_path / "suite"
+    shutil.copytree(bundled_suite_dir(), suite)
+    index = json.loads((suite / "test_all.json").read_text())
+    solutions = json.loads((suite / "solutions.json").read_text())
+    for task in tasks:
+        domain = task["snapshot"]
+        (suite / "examples" / domain / f"{task['id']}.json").write_text(json.dumps(task, ensure_ascii=False))
+        index[domain].append(task["id"])
+        solutions[task["id"]] = (plans or {}).get(task["id"], [{"done": True}])
+    (suite / "test_all.json").write_text(json.dumps(index))
+    (suite / "solutions.json").write_text(json.dumps(solutions, ensure_ascii=False))
+    return suite
+
+
+def test_a_getter_that_fails_the_same_way_on_a_fresh_vm_is_the_tasks_evaluation_error(
+    prefect_server: None, tmp_path: Path
+) -> None:
+    """A getter prints a UTF-8 file through `cmd /c type`; WAA's /execute decodes a command's
+    output in cp1252, so the server answers 500 ("'charmap' codec can't decode byte 0x81") every
+    time. The first attempt is retried from a fresh reset on a fresh VM; when it fails the same
+    way there, the task's evaluation error ends it (R11): no third VM, the run completes."""
+    from flows.evaluate_suite import run_suite
+    from flows.run_config import SuiteRunConfig
+
+    suite = _suite_with(tmp_path, CODE_PAGE_TASK)
+    db = tmp_path / "arena.duckdb"
+    outcome = run_suite(SuiteRunConfig(
+        suite_dir=suite, task_ids=[CODE_PAGE_TASK["id"], "notepad-append-line"], pool_size=2, max_attempts=3,
+        db_path=db, artifacts_dir=tmp_path / "art", run_id="repeats"))
+    rows = _rows(db, "SELECT attempt, outcome, vm_id, coalesce(error, '') FROM task_results "
+                     "WHERE run_id = 'repeats' AND task_id = ? ORDER BY attempt", [CODE_PAGE_TASK["id"]])
+    assert [(a, o) for a, o, _, _ in rows] == [(1, "infrastructure_error"), (2, "evaluation_error")]
+    assert "codec can't decode byte 0x81" in rows[0][3] and rows[0][2] != rows[1][2]  # two VMs
+    assert "failed the same way" in rows[1][3] and "codec can't decode byte 0x81" in rows[1][3]
+    assert outcome.status == "completed", outcome.table
+
+
+class _Lines:
+    """A logger for the scheduling core that keeps its lines."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def warning(self, msg: str, *args: Any) -> None:
+        self.lines.append(msg % args)
+
+    def error(self, msg: str, *args: Any) -> None:
+        self.lines.append(msg % args)
+
+
+def test_retry_messages_say_where_the_retry_runs(tmp_path: Path) -> None:
+    """An existing server (WAA's only kind of "replacement": the same server, back at the same
+    address) fails two attempts of a task: each retry's line says it runs on the same VM, and no
+    line claims another VM. With two servers, the retry's line names the other one."""
+    from adapters.benchmark import BenchmarkResult, BenchmarkTask, OutcomeKind
+    from adapters.vms.existing import ExistingServersProvider
+    from adapters.vms.pool import VMPool
+    from flows.scheduling import AttemptHooks, Schedule, WorkQueue, attempt_loop
+
+    def attempt(task: BenchmarkTask, vm: Any, number: int) -> BenchmarkResult:
+        if number < 3:
+            vm.healthy = False  # as run_attempt does after the server failed a call
+            return BenchmarkResult(task_id=task.task_id, outcome=OutcomeKind.INFRASTRUCTURE_ERROR, attempt=number,
+                                   vm_id=vm.vm_id, error="setup: the server failed /setup/launch: HTTP 500")
+        return BenchmarkResult(task_id=task.task_id, outcome=OutcomeKind.SUCCESS, success=True, attempt=number,
+                               vm_id=vm.vm_id)
+
+    first, second = start_local_env(tmp_path / "first"), start_local_env(tmp_path / "second")
+    try:
+        said: dict[int, list[str]] = {}
+        for urls in ([first.base_url], [first.base_url, second.base_url]):
+            pool = VMPool(ExistingServersProvider(urls, server_wait_seconds=2), size=1, run_id="where")
+            pool.provision()
+            lines = _Lines()
+            task = BenchmarkTask(task_id="t", instruction="", domain="notepad")
+            schedule = Schedule(work=WorkQueue([]), pool=pool, max_attempts=3)
+            hooks = AttemptHooks(attempt=attempt if len(urls) == 1 else _fail_first_then_stop_server(attempt, first),
+                                 record=lambda r: None, logger=lines)
+            result = attempt_loop(task, schedule, hooks)
+            pool.teardown()
+            assert result is not None and result.outcome is OutcomeKind.SUCCESS
+            said[len(urls)] = lines.lines
+    finally:
+        first.stop()
+        second.stop()
+    one = said[1]
+    assert not any("another VM" in line for line in one), one
+    assert sum("(a retry) runs on" in line and "the same VM as the failed attempt" in line for line in one) == 2, one
+    two = [line for line in said[2] if "(a retry) runs on" in line]
+    assert two and "another VM than the failed attempt's" in two[0], said[2]
+
+
+def _fail_first_then_stop_server(attempt: Any, server: Any) -> Any:
+    """The first attempt fails and its server goes away, so the pool's replacement is the spare."""
+
+    def run(task: Any, vm: Any, number: int) -> Any:
+        if number == 1:
+            server.stop()
+        return attempt(task, vm, number if number == 1 else 3)
+
+    return run
+
+
+def test_a_task_that_cannot_be_isolated_at_setup_level_is_reported_before_it_is_scored(
+    prefect_server: None, tmp_path: Path
+) -> None:
+    """An existing server at --reset-level setup (WAA's own reset: no snapshot): one Settings task
+    turns Storage Sense on, the next one starts with it on, so its agent's click turns it off.
+    Before, the second task was an agent failure (2 of 2 times); it is now a setup failure
+    saying what its evaluator reads was left changed and by which task, out of the headline."""
+    server = start_local_env(tmp_path / "server")
+    tasks = ["settings-storage-sense-on", "settings-storage-sense-monthly"]
+    try:
+        outcome = _run_on(server.base_url, tmp_path, "shared-state", tasks)
+    finally:
+        server.stop()
+    db = tmp_path / "arena.duckdb"
+    rows = {t: (o, e) for t, o, e in _rows(db, "SELECT task_id, outcome, coalesce(error, '') FROM task_results "
+                                               "WHERE run_id = 'shared-state'")}
+    assert rows["settings-storage-sense-on"][0] == "success"
+    outcome_kind, error = rows["settings-storage-sense-monthly"]
+    assert outcome_kind == "setup_failure", rows
+    assert "cannot be isolated at reset level setup" in error and "settings-storage-sense-on" in error
+    assert "Name '01'" in error  # what changed: the registry value its evaluator reads
+    assert outcome.status == "completed"
+
+
+def test_an_episode_the_slow_server_ran_out_of_time_is_not_the_agents_timeout(
+    prefect_server: None, tmp_path: Path
+) -> None:
+    """WAA's slow accessibility tree (quirks: 2 s a read) against a 3 s episode limit: the scripted
+    agent spends almost nothing, the server the rest. Before: `timeout`, in the headline rate, a
+    reason without times. Now: an infrastructure error (retried, never scored) whose reason gives
+    the agent's and the environment's time."""
+    from flows.evaluate_suite import run_suite
+    from flows.run_config import SuiteRunConfig
+
+    db = tmp_path / "arena.duckdb"
+    outcome = run_suite(SuiteRunConfig(
+        task_ids=["notepad-append-line"], pool_size=1, quirks=True, max_attempts=2, episode_timeout_seconds=3.0,
+        quirk_settings={"ready_delay": 0.0, "accessibility_delay": 2.0, "launch_delay": 0.0, "failsafe": False},
+        db_path=db, artifacts_dir=tmp_path / "art", run_id="slow-tree"))
+    rows = _rows(db, "SELECT attempt, outcome, error FROM task_results WHERE run_id = 'slow-tree' ORDER BY attempt")
+    assert [(a, o) for a, o, _ in rows] == [(1, "infrastructure_error"), (2, "infrastructure_error")]
+    for _, _, error in rows:
+        assert "because the server was slow" in error and "the agent 0.0 s, the environment (WAA server)" in error
+    assert outcome.status == "incomplete"

@@ -192,3 +192,26 @@ def test_a_sleep_a_run_would_refuse_is_found_without_a_vm(tmp_path: Path) -> Non
     found = {(f.task_id, f.field) for f in lint_suite(root).problems if f.rule == "sleep-too-long"}
     assert found == {("long-nap", "config[0].parameters.seconds"),
                      ("many-naps", "evaluator.postconfig[5].parameters.seconds")}
+
+
+def test_a_getter_that_reads_a_folder_is_found_without_a_vm(tmp_path: Path) -> None:
+    """WAA's /file answers 500 for a folder every time (a fault that repeats on every VM, R11):
+    a vm_file path that is a folder whatever the VM holds is the task's data, named by lint."""
+    def reads(path: Any) -> dict[str, Any]:
+        return {"func": "exact_match", "result": {"type": "vm_file", "path": path, "dest": "x"},
+                "expected": {"type": "rule", "rules": {"expected": "x"}}}
+
+    root = _suite(tmp_path, {
+        "profile-folder": _task("profile-folder", [], reads("C:\\Users\\Docker\\Desktop")),
+        "made-folder": _task("made-folder", [{"type": "create_folder", "parameters": {
+            "path": "C:\\Users\\Docker\\Documents\\Projects"}}], reads("C:\\Users\\Docker\\Documents\\Projects")),
+        "trailing": _task("trailing", [], reads(["C:\\Users\\Docker\\a.txt", "C:\\Users\\Docker\\Reports\\"])),
+        "a-file": _task("a-file", [{"type": "create_folder", "parameters": {"path": "C:\\Users\\Docker\\Projects"}}],
+                        reads("C:\\Users\\Docker\\Projects\\plan.txt")),
+    })
+    found = {(f.task_id, f.field): f for f in lint_suite(root).problems if f.rule == "getter-reads-folder"}
+    assert set(found) == {("profile-folder", "evaluator.result.path"), ("made-folder", "evaluator.result.path"),
+                          ("trailing", "evaluator.result.path[1]")}
+    finding = found[("made-folder", "evaluator.result.path")]
+    assert "a folder an earlier setup step creates" in finding.message and "/file answers 500" in finding.message
+    assert "list_directory" in finding.fix

@@ -199,3 +199,28 @@ def test_hanging_server_times_out_naming_the_route() -> None:
     listener.close()
     for conn in accepted:
         conn.close()
+
+
+# -- round 4: what WAA's reset leaves -----------------------------------------------------------------
+
+
+def test_the_save_prompt_waas_reset_leaves_is_answered_without_saving(quirky: tuple[LocalSimulationProvider, str],
+                                                                       tmp_path: Path) -> None:
+    """Quirks mode's save_prompts: WAA's /setup/close_all asks an unsaved Notepad to close and it
+    answers with "Do you want to save changes to Untitled?", which stays on screen. The reset
+    answers it "Don't Save": the next task starts on a clear desktop and nothing was saved."""
+    _, base_url = quirky
+    adapter = _adapter(base_url, tmp_path)
+    observation = adapter.reset(BenchmarkTask(task_id="t-notepad", instruction="type", domain="notepad", raw_config={
+        "config": [{"type": "launch", "parameters": {"command": "notepad"}}]}))
+    editor = observation.accessibility_tree.find(role="Edit", name="Text Editor")
+    adapter.step(BenchmarkAction(type=ActionType.CLICK, target_node_id=editor.node_id))
+    adapter.step(BenchmarkAction(type=ActionType.TYPE, text="draft that nobody saved"))
+    documents = adapter.client.list_directory("C:\\Users\\Docker\\Documents")
+    client = adapter.client
+    client.setup_close_all()  # WAA's reset by itself leaves the prompt
+    left = client.obs_winagent().window_names.splitlines()
+    assert "Notepad" in left and "Untitled - Notepad" in left
+    adapter.clean_desktop()  # this product's reset
+    assert client.obs_winagent().window_names.splitlines() == ["Program Manager"]
+    assert client.list_directory("C:\\Users\\Docker\\Documents") == documents  # nothing saved

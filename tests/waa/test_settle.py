@@ -274,3 +274,134 @@ def test_a_slowly_repainting_application_is_never_observed_stale(tmp_path: Path)
             adapter.close()
     finally:
         handle.stop()
+
+
+# -- live regions: a screen that never stands still ------------------------------------------
+
+
+class LiveTimeline(Timeline):
+    """The simulation's own screen on a virtual clock: Notepad before an action until `delay`,
+    after it from then on, with the live regions of quirks mode (a caret blinking every 530 ms,
+    a turning progress ring, a clock with seconds) drawn at each capture's time, or none."""
+
+    EPOCH = 1_700_000_000.0 + 37.3
+
+    def __init__(self, kind: str, text: str, delay: float, live: bool = True) -> None:
+        from adapters.waa.localenv.desktop import Desktop
+        from adapters.waa.localenv.filesystem import SimFileSystem
+        from adapters.waa.localenv.launch import launch
+
+        self._root = __import__("tempfile").TemporaryDirectory()
+        fs = SimFileSystem(Path(self._root.name))
+        fs.initialise()
+        self.before_desk = Desktop(fs)
+        launch(self.before_desk, "notepad")
+        self.after_desk = Desktop(fs)
+        self.after_desk.restore(self.before_desk.capture())
+        window = self.after_desk.windows[-1]
+        if kind == "type":
+            window.on_text(self.after_desk, text)
+        else:
+            window.on_click(self.after_desk, "menu:File", double=False, button="left")
+        self.delay, self.live = delay, live
+        super().__init__([], capture_seconds=0.03)
+        self.shown_after: list[bool] = []
+
+    def frame(self, at: float) -> bytes:
+        from adapters.waa.localenv.render import png_bytes, render
+
+        desk = self.after_desk if at >= self.delay else self.before_desk
+        return png_bytes(render(desk, live_at=self.EPOCH + at if self.live else None))
+
+    def capture(self) -> bytes:
+        png = self.frame(self.now)
+        self.shown_after.append(self.now >= self.delay)
+        self.now += self.capture_seconds
+        return png
+
+
+def _settle_live(timeline: LiveTimeline, kind: str, text: str, think: float,
+                 live: "LiveRegions | None" = None):
+    from adapters.waa.settle import LiveRegions
+
+    action = ActionType.TYPE if kind == "type" else ActionType.CLICK
+    return settle(timeline.capture, timeline.frame(-think), action, SettlePolicy(),
+                  text=text if kind == "type" else None, live=live if live is not None else LiveRegions(),
+                  clock=timeline.clock, sleep=timeline.sleep)
+
+
+@pytest.mark.parametrize(("kind", "delay", "think"), [
+    ("type", 1.5, 0.0), ("type", 2.2, 4.0), ("type", 3.0, 40.0),
+    ("click", 1.5, 12.0), ("click", 2.2, 0.0), ("click", 3.0, 70.0),
+])
+def test_live_regions_beside_a_late_repaint_never_make_a_stale_observation(kind: str, delay: float,
+                                                                          think: float) -> None:
+    """A caret, a progress ring and a seconds clock change more cells than typing "hello" or
+    opening a menu does; the effect repaints 1.5-3 s late, and the screenshot the agent acted on
+    is `think` seconds old (the clock ticked meanwhile). Nothing was learned beforehand (the
+    first step): the settle still observes the repainted screen."""
+    timeline = LiveTimeline(kind, "hello", delay)
+    result = _settle_live(timeline, kind, "hello", think)
+    assert timeline.shown_after[-1], f"stale: observed at {result.seconds:.2f} s, repaint at {delay} s"
+    assert not result.capped and result.live_cells > 0
+
+
+@pytest.mark.parametrize("kind", ["type", "click"])
+def test_where_nothing_moves_the_wait_is_the_quiet_time_after_the_effect(kind: str) -> None:
+    """No live region: the effect at 1 s is observed after the quiet time, as before live
+    regions were handled (not after the longer hold that unknown live regions need)."""
+    timeline = LiveTimeline(kind, "The quick brown fox", 1.0, live=False)
+    result = _settle_live(timeline, kind, "The quick brown fox", 0.0)
+    assert result.changed and timeline.shown_after[-1] and result.live_cells == 0
+    assert 1.0 + 0.5 <= result.seconds <= 1.0 + 0.5 + 0.15
+
+
+def test_live_regions_learned_before_the_action_cost_no_longer_hold() -> None:
+    """Frames taken before the action (while the agent thinks) teach where the screen moves by
+    itself; the effect is then observed after the usual quiet time, not the longer hold."""
+    from adapters.waa.settle import LIVE_HOLD_SECONDS, LiveRegions
+
+    timeline = LiveTimeline("type", "The quick brown fox", 1.0)
+    live = LiveRegions()
+    frames = [timeline.frame(-3.0 + 0.45 * k) for k in range(6)]
+    for earlier, later in zip(frames, frames[1:]):
+        live.learn_frames(earlier, later)
+    result = _settle_live(timeline, "type", "The quick brown fox", 0.0, live)
+    assert result.changed and timeline.shown_after[-1]
+    assert result.seconds < 1.0 + LIVE_HOLD_SECONDS
+
+
+def _actions_shown(png: bytes) -> tuple[int, int]:
+    """(actions the frame shows, actions run) as the simulation labels its screenshots."""
+    with Image.open(io.BytesIO(png)) as image:
+        return int(image.text["sim-actions-shown"]), int(image.text["sim-actions-run"])  # type: ignore[attr-defined]
+
+
+def test_typing_and_clicking_beside_live_regions_on_the_simulation_is_never_observed_stale(tmp_path: Path) -> None:
+    """The simulation with quirks live_regions and a 2 s repaint, through the live adapter:
+    every observation after typing or clicking shows every action sent (the frame's label)."""
+    from adapters.waa.localenv.launcher import start_local_env
+
+    handle = start_local_env(tmp_path / "sim", quirks=True, quirk_settings={
+        "ready_delay": 0, "accessibility_delay": 0, "launch_delay": 0, "failsafe": False, "repaint_delay": 2.0,
+        "live_regions": True})
+    try:
+        adapter = WAALiveAdapter(WAAClient(handle.base_url), WAATaskCatalog(bundled_suite_dir()), tmp_path,
+                                 LiveAdapterSettings())
+        observation = adapter.reset(_notepad())
+        stale = []
+        for step in range(5):
+            if step % 2:
+                menu = observation.accessibility_tree.find(role="MenuItem", name="File")
+                action = BenchmarkAction(type=ActionType.CLICK, target_node_id=menu.node_id)
+            else:
+                action = BenchmarkAction(type=ActionType.TYPE, text=f"hi {step}")
+            observation, _, info = adapter.step(action)
+            assert "error" not in info
+            shown, run = _actions_shown(observation.screenshot or b"")
+            if shown < run:
+                stale.append((step, observation.raw_observation["settle"]))
+        adapter.close()
+    finally:
+        handle.stop()
+    assert stale == []

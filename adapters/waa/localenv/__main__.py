@@ -8,8 +8,9 @@ SIGTERM and SIGINT stop the server cleanly.
 
 ``--quirks`` turns on quirks mode (see :mod:`.quirks`), tuned by ``--ready-delay``,
 ``--accessibility-delay``, ``--launch-delay``, ``--failsafe/--no-failsafe``,
-``--action-fault-rate``, ``--fault-seed``, ``--repaint-delay`` and
-``--strict-activation-fails/--no-strict-activation-fails``. Injected faults (:mod:`.faults`, ``POST
+``--action-fault-rate``, ``--fault-seed``, ``--repaint-delay``,
+``--strict-activation-fails/--no-strict-activation-fails``, ``--live-regions/--no-live-regions`` and
+``--save-prompts/--no-save-prompts``. Injected faults (:mod:`.faults`, ``POST
 /sim/faults``) are applied here, before the request reaches the app, because only this server
 can drop a connection without an answer or cut one short. While the
 readiness delay runs, the HTTP server resets (TCP RST, no answer) every connection whose request
@@ -160,11 +161,16 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"seconds the screen and tree lag each action (slow repaint; default {d.repaint_delay})")
     q.add_argument("--strict-activation-fails", action=argparse.BooleanOptionalAction, default=None,
                    help="a strict /setup/activate_window of an existing window answers 500 (WAA's failed assert)")
+    q.add_argument("--live-regions", action=argparse.BooleanOptionalAction, default=None,
+                   help="a blinking caret, a turning progress ring and a clock with seconds on screen")
+    q.add_argument("--save-prompts", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"closing an unsaved Notepad asks to save (default {'on' if d.save_prompts else 'off'})")
     args = p.parse_args(argv)
     knobs = {"ready_delay": args.ready_delay, "accessibility_delay": args.accessibility_delay,
              "launch_delay": args.launch_delay, "failsafe": args.failsafe,
              "action_fault_rate": args.action_fault_rate, "fault_seed": args.fault_seed,
-             "repaint_delay": args.repaint_delay, "strict_activation_fails": args.strict_activation_fails}
+             "repaint_delay": args.repaint_delay, "strict_activation_fails": args.strict_activation_fails,
+             "live_regions": args.live_regions, "save_prompts": args.save_prompts}
     knobs = {k: v for k, v in knobs.items() if v is not None}
     if knobs and not args.quirks:
         print(f"quirk settings {sorted(knobs)} need --quirks", file=sys.stderr)

@@ -181,6 +181,8 @@ class Desktop:
         self.registry = Registry.fresh()
         self.held: set[str] = set()  # modifiers held by keyDown
         self.next_wid = 1
+        # Closing an app with unsaved changes asks to save first (quirks mode's save_prompts).
+        self.save_prompts = False
 
     # -- snapshots -----------------------------------------------------------------------
     _STATE = ("windows", "mouse", "clipboard", "registry", "held", "next_wid")

@@ -9,6 +9,12 @@ Windows' 32,766 characters fails to start (500 ``[WinError 206] The filename or 
 long``), and a program that runs past WAA's 120 s subprocess timeout is killed (500 ``Command
 '...' timed out after 120 seconds``); the text typed before that stays typed. Typing time is
 modelled (``interval`` per character), not spent, so the answer comes at once.
+
+``cmd /c type PATH`` prints a file's bytes as they are, and WAA's ``/execute`` decodes a command's
+output as text in Windows' ANSI code page (``subprocess.run(..., text=True)``: cp1252): a file in
+another code page (UTF-8 text with a Cyrillic letter, an OEM cp437 one with an umlaut) holds bytes
+cp1252 does not define, and the route answers 500 ``'charmap' codec can't decode byte 0x81 ...``,
+every time it is asked.
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ class SimEnvironment:
         self.fs = SimFileSystem(root)
         self.fs.initialise()
         self.desk = Desktop(self.fs, width, height)
+        self.desk.save_prompts = self.quirks.save_prompts
         self.computer: actioncode.ComputerState | None = None
         self.snapshots: dict[str, tuple[Any, ...]] = {}
         self.sleep = sleep
@@ -76,6 +83,9 @@ class SimEnvironment:
         # Slow repaint (quirks mode's repaint_delay): what the screen still shows, until when.
         self._painted: Desktop | None = None
         self._repaint_at = 0.0
+        # Actions run so far, and how many of them the screen shows (a test's stale check).
+        self.actions_run = 0
+        self._painted_actions = 0
 
     # -- slow repaint (quirks mode) ---------------------------------------------------------
     def shown_desk(self) -> Desktop:
@@ -86,15 +96,26 @@ class SimEnvironment:
         self._painted = None
         return self.desk
 
+    def shown_actions(self) -> int:
+        """How many of the actions run so far the screen shows (call with the lock held): fewer
+        than `actions_run` while a slow repaint is pending."""
+        return self._painted_actions if self.shown_desk() is self._painted else self.actions_run
+
+    def live_at(self) -> float | None:
+        """The time live regions are drawn at (quirks mode's live_regions), or None."""
+        return time.time() if self.quirks.live_regions else None
+
     def _before_action(self) -> None:
         """Keep what the screen shows now, when actions repaint late (lock held)."""
         if self.quirks.repaint_delay > 0 and self._painted is None:
             view = Desktop(self.fs, self.desk.width, self.desk.height)
             view.restore(self.desk.capture())
             self._painted = view
+            self._painted_actions = self.actions_run
 
     def _after_action(self) -> None:
         """The screen catches up repaint_delay seconds after the last action (lock held)."""
+        self.actions_run += 1
         if self.quirks.repaint_delay > 0:
             self._repaint_at = time.monotonic() + self.quirks.repaint_delay
 
@@ -196,7 +217,21 @@ class SimEnvironment:
             return self._python(argv[2], argv)
         if prog in ("powershell", "powershell.exe") and len(argv) == 3 and argv[1].lower() == "-command":
             return self._powershell(argv[2])
+        if prog in ("cmd", "cmd.exe") and len(argv) == 4 and [a.lower() for a in argv[1:3]] == ["/c", "type"]:
+            return self._type(argv[3])
         return self._unavailable(argv[0])
+
+    def _type(self, path: str) -> dict[str, Any]:
+        """``cmd /c type PATH``: the file's bytes, decoded as WAA's server decodes a command's
+        output (cp1252, strict: an undefined byte raises and the route answers 500)."""
+        with self.lock:
+            try:
+                data = self.fs.read_bytes(path) if self.fs.is_file(path) else None
+            except (OSError, ValueError):
+                data = None
+        if data is None:
+            return self._result(error="The system cannot find the file specified.\r\n", returncode=1)
+        return self._result(output=data.decode("cp1252"))
 
     @staticmethod
     def _result(output: str = "", error: str = "", returncode: int = 0) -> dict[str, Any]:

@@ -28,14 +28,26 @@ booted VM whose WAA server is slow, so the project's client and adapter are test
 * ``strict_activation_fails`` (default False): a strict ``/setup/activate_window`` of a window that
   exists does not bring it to the front and answers 500 with an empty message, as WAA's handler
   does when its ``assert window.isActive`` fails (Windows' foreground lock refused the switch).
+* ``live_regions`` (default False): the screen is never still, as a real desktop's: the focused
+  text field's caret blinks every 530 ms, a progress ring turns in the taskbar and the taskbar
+  clock shows seconds (:mod:`.render`), whether or not anyone acts.
+* ``save_prompts`` (default True): closing a Notepad whose text is not saved (``/setup/close_all``,
+  ``/setup/close_window``, its Close button) does not close it: Notepad asks "Do you want to save
+  changes to ...?" (Save / Don't Save / Cancel) in a dialog of its own, as Windows' Notepad does
+  when WAA's reset sends it WM_CLOSE. The prompt opens after ``close_all`` has gone through the
+  windows, so it is still on screen after WAA's reset.
 
-Without quirks mode all delays are 0, the server-process fail-safe is off and activation works.
+Without quirks mode all delays are 0, the server-process fail-safe is off, activation works, the
+screen stands still between actions and a window closes when asked.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+
+_BOOLEANS = ("failsafe", "strict_activation_fails", "live_regions", "save_prompts")
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,8 @@ class QuirkSettings:
     fault_seed: int = 0
     repaint_delay: float = 0.0
     strict_activation_fails: bool = False
+    live_regions: bool = False
+    save_prompts: bool = True
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> "QuirkSettings":
@@ -60,7 +74,7 @@ class QuirkSettings:
         if unknown:
             raise ValueError(f"unknown quirk setting(s) {unknown}; known: {sorted(known)}")
         for name, value in data.items():
-            if name in ("failsafe", "strict_activation_fails"):
+            if name in _BOOLEANS:
                 if not isinstance(value, bool):
                     raise ValueError(f"quirk setting {name} must be a bool, not {value!r}")
             elif name == "fault_seed":
@@ -80,7 +94,7 @@ class QuirkSettings:
     def off(cls) -> "QuirkSettings":
         """The effective settings when quirks mode is off: no delays, fail-safe off."""
         return cls(ready_delay=0.0, accessibility_delay=0.0, launch_delay=0.0, failsafe=False,
-                   action_fault_rate=0.0)
+                   action_fault_rate=0.0, save_prompts=False)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict, as /sim/info reports it."""
@@ -93,4 +107,6 @@ class QuirkSettings:
                 "--failsafe" if self.failsafe else "--no-failsafe",
                 "--action-fault-rate", repr(self.action_fault_rate), "--fault-seed", str(self.fault_seed),
                 "--repaint-delay", repr(self.repaint_delay),
-                "--strict-activation-fails" if self.strict_activation_fails else "--no-strict-activation-fails"]
+                "--strict-activation-fails" if self.strict_activation_fails else "--no-strict-activation-fails",
+                "--live-regions" if self.live_regions else "--no-live-regions",
+                "--save-prompts" if self.save_prompts else "--no-save-prompts"]

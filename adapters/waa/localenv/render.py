@@ -3,11 +3,19 @@ accessibility tree exports, so every box an agent reads is exactly where it is d
 
 Uses Pillow's built-in bitmap font (no font files) and a cached background, so a 1280x800 frame
 renders in a few milliseconds. A "SIMULATED" watermark sits in the top-right corner.
+
+Live regions (quirks mode's ``live_regions``): a real Windows desktop always has something moving
+whether or not anyone acts. Drawn at the time a frame is rendered (``live_at``, seconds since the
+epoch): the focused text field's caret blinks (Windows' default rate, on and off every 530 ms), a
+progress ring turns in the taskbar (one turn a second, smoothly), and the taskbar clock shows
+seconds. Without ``live_at`` the caret is always drawn and there is no ring or clock, so two
+screenshots of the same desktop are identical.
 """
 
 from __future__ import annotations
 
 import io
+import time
 from functools import lru_cache
 
 from PIL import Image, ImageDraw, ImageFont
@@ -19,6 +27,11 @@ BG = (32, 78, 120)
 FRAME = (120, 120, 120)
 FOCUS = (0, 103, 192)
 SELECT = (204, 228, 247)
+# Windows' default caret blink: on for 530 ms, off for 530 ms (GetCaretBlinkTime).
+CARET_BLINK_SECONDS = 0.53
+RING_TURN_SECONDS = 1.0  # the progress ring's turn
+RING_SIZE = 48  # a WinUI progress ring, as in a loading page
+CLOCK_CHARS = 8  # "HH:MM:SS", drawn at twice the bitmap font's size (the taskbar's 12 pt at 150 %)
 
 
 def _bitmap_font() -> ImageFont.ImageFont:
@@ -55,9 +68,10 @@ def _drawable(text: str) -> str:
 
 
 class _Painter:
-    def __init__(self, img: Image.Image) -> None:
+    def __init__(self, img: Image.Image, caret_on: bool = True) -> None:
         self.d = ImageDraw.Draw(img)
         self.font = _bitmap_font()
+        self.caret_on = caret_on
 
     def text(self, xy: tuple[int, int], s: str, fill=(0, 0, 0)) -> None:
         self.d.text(xy, _drawable(s), fill=fill, font=self.font)
@@ -100,7 +114,7 @@ class _Painter:
                 if c.text_selected and line:
                     self.d.rectangle((x0 + 3, ty, x0 + 5 + CHAR_W * len(line), ty + 11), fill=SELECT)
                 self.text((x0 + 4, ty), line)
-            if c.focused:  # caret after the last character
+            if c.focused and self.caret_on:  # caret after the last character
                 last = _clip(shown[-1].replace("\t", "    "), x1 - x0, tail=True)
                 cx = x0 + 4 + CHAR_W * len(last)
                 ty = y0 + 4 + 12 * (len(shown) - 1) if len(lines) > 1 or (y1 - y0) > 40 else cy
@@ -132,10 +146,12 @@ class _Painter:
             self.control(ch)
 
 
-def render(desk: Desktop, *, cursor: bool = True) -> Image.Image:
-    """Draw the whole screen."""
+def render(desk: Desktop, *, cursor: bool = True, live_at: float | None = None) -> Image.Image:
+    """Draw the whole screen; with `live_at` (seconds since the epoch) its live regions as they
+    are at that moment (module docstring)."""
     img = _background(desk.width, desk.height).copy()
-    p = _Painter(img)
+    caret_on = live_at is None or int(live_at / CARET_BLINK_SECONDS) % 2 == 0
+    p = _Painter(img, caret_on=caret_on)
     for icon in desk.build_desktop_icons().children[0].children:
         x0, y0, x1, y1 = icon.rect
         p.d.rectangle((x0 + 24, y0 + 6, x1 - 24, y0 + 44), fill=(230, 190, 80) if "." not in icon.name else (240, 240, 240))
@@ -148,6 +164,8 @@ def render(desk: Desktop, *, cursor: bool = True) -> Image.Image:
         x0, y0, x1, y1 = b.rect
         p.d.rectangle((x0, y0, x1 - 1, y1 - 1), fill=(70, 70, 70) if b.selected else (45, 45, 45))
         p.text((x0 + 8, (y0 + y1) // 2 - 5), _clip(b.name, x1 - x0), fill=(255, 255, 255))
+    if live_at is not None:
+        _live_taskbar(img, bar.rect, live_at)
     # Watermark: this is not a real Windows screen.
     wm = f" {SIMULATION_LABEL} "
     wx = desk.width - CHAR_W * len(wm) - 12
@@ -160,8 +178,31 @@ def render(desk: Desktop, *, cursor: bool = True) -> Image.Image:
     return img
 
 
-def png_bytes(img: Image.Image) -> bytes:
-    """Encode as PNG (fast compression: screenshots are taken every step)."""
+def _live_taskbar(img: Image.Image, bar: tuple[int, int, int, int], live_at: float) -> None:
+    """The progress ring (an arc that turns) and the clock with seconds, in the taskbar."""
+    x0, y0, x1, y1 = bar
+    clock = Image.new("RGB", (CHAR_W * CLOCK_CHARS, 12), (30, 30, 30))
+    _Painter(clock).text((0, 0), time.strftime("%H:%M:%S", time.localtime(live_at)), fill=(255, 255, 255))
+    clock = clock.resize((clock.width * 2, clock.height * 2), Image.NEAREST)
+    clock_x = x1 - 16 - clock.width
+    mid = (y0 + y1) // 2
+    img.paste(clock, (clock_x, mid - clock.height // 2))
+    ring_x = clock_x - 16 - RING_SIZE
+    box = (ring_x, mid - RING_SIZE // 2, ring_x + RING_SIZE - 1, mid + RING_SIZE // 2 - 1)
+    start = (live_at % RING_TURN_SECONDS) / RING_TURN_SECONDS * 360
+    ImageDraw.Draw(img).arc(box, start, start + 100, fill=(120, 190, 255), width=5)
+
+
+def png_bytes(img: Image.Image, text: dict[str, str] | None = None) -> bytes:
+    """Encode as PNG (fast compression: screenshots are taken every step); `text` goes into
+    tEXt chunks, which no pixel comparison sees (the simulation labels its frames there)."""
+    from PIL import PngImagePlugin
+
+    info = None
+    if text:
+        info = PngImagePlugin.PngInfo()
+        for key, value in text.items():
+            info.add_text(key, value)
     buf = io.BytesIO()
-    img.save(buf, format="PNG", compress_level=1)
+    img.save(buf, format="PNG", compress_level=1, pnginfo=info)
     return buf.getvalue()

@@ -26,7 +26,13 @@ browser, so ``/json``, ``/json/list``, ``/json/version``, ``/json/protocol``, ``
 
 Quirks mode (:mod:`.quirks`) adds the real server's slowness: readiness delay, slow
 ``/accessibility``, delayed ``/setup/launch`` windows, the fail-safe in ``/execute_windows``, a
-screen and tree that repaint late after actions, and strict activations that fail.
+screen and tree that repaint late after actions, strict activations that fail, live regions
+(a blinking caret, a turning ring, a ticking clock) and Notepad's save prompt on close.
+
+With a slow repaint (quirks' ``repaint_delay``), every ``/screenshot`` PNG carries two tEXt chunks
+no pixel comparison sees: ``sim-actions-run`` (actions run so far) and ``sim-actions-shown`` (how
+many of them the frame shows; fewer while the repaint is pending), so a test can tell a stale
+observation from a fresh one.
 
 ``/execute`` refuses a command line over Windows' 32,766 characters and stops a program past its
 120 s timeout, as the real server does on Windows (:mod:`.environment`).
@@ -90,8 +96,10 @@ def create_app(env: SimEnvironment) -> Flask:
     @app.route("/screenshot", methods=["GET"])
     def screenshot():
         with lock:
-            img = render(env.shown_desk())
-        return Response(png_bytes(img), mimetype="image/png")
+            img = render(env.shown_desk(), live_at=env.live_at())
+            label = ({"sim-actions-shown": str(env.shown_actions()), "sim-actions-run": str(env.actions_run)}
+                     if env.quirks.repaint_delay > 0 else None)
+        return Response(png_bytes(img, label), mimetype="image/png")
 
     @app.route("/accessibility", methods=["GET"])
     def accessibility():
@@ -110,7 +118,7 @@ def create_app(env: SimEnvironment) -> Flask:
     def obs_winagent():
         with lock:
             desk = env.shown_desk()
-            img = render(desk)
+            img = render(desk, live_at=env.live_at())
             win = desk.focused_window()
             if win is None:
                 rect: list[int] = [0, 0, desk.width, desk.height]
@@ -344,9 +352,12 @@ def create_app(env: SimEnvironment) -> Flask:
 
     @app.route("/setup/close_all", methods=["POST"])
     def setup_close_all():
+        # As WAA's: every window open now is asked to close (WM_CLOSE); an app may answer with a
+        # prompt of its own (quirks' save_prompts), which opens after this pass and so stays.
         with lock:
             for w in list(env.desk.windows):
-                env.desk.remove_window(w)
+                if w in env.desk.windows:
+                    w.close(env.desk)
         return "All windows closed successfully.", 200
 
     @app.route("/setup/clear_task_files", methods=["POST"])

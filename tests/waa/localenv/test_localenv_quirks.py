@@ -3,6 +3,8 @@ always-on clipboard behaviours of the real server, and the refused Chrome DevToo
 
 from __future__ import annotations
 
+import io
+
 import subprocess
 import sys
 import threading
@@ -62,10 +64,12 @@ def notepad_text(client: Client) -> str | None:
 def test_quirk_settings_defaults_and_validation():
     assert QuirkSettings().to_dict() == {"ready_delay": 2.0, "accessibility_delay": 1.0, "launch_delay": 0.5,
                                          "failsafe": True, "action_fault_rate": 0.0, "fault_seed": 0,
-                                         "repaint_delay": 0.0, "strict_activation_fails": False}
+                                         "repaint_delay": 0.0, "strict_activation_fails": False,
+                                         "live_regions": False, "save_prompts": True}
     assert QuirkSettings.from_dict({"ready_delay": 0}).ready_delay == 0.0
     for bad in ({"bogus": 1}, {"ready_delay": -1}, {"launch_delay": "1"}, {"failsafe": 1}, {"accessibility_delay": True},
-                {"action_fault_rate": 1.5}, {"action_fault_rate": True}, {"fault_seed": 1.5}):
+                {"action_fault_rate": 1.5}, {"action_fault_rate": True}, {"fault_seed": 1.5}, {"live_regions": 1},
+                {"save_prompts": "yes"}):
         with pytest.raises(ValueError):
             QuirkSettings.from_dict(bad)
     with pytest.raises(ValueError, match="without quirks=True"):
@@ -77,13 +81,15 @@ def test_sim_info_reports_quirks_and_devtools(client, qclient, quirk_sim):
     assert info["quirks"] is False and info["devtools"] is False and info["ready"] is True
     assert info["quirk_settings"] == {"ready_delay": 0.0, "accessibility_delay": 0.0, "launch_delay": 0.0,
                                       "failsafe": False, "action_fault_rate": 0.0, "fault_seed": 0,
-                                      "repaint_delay": 0.0, "strict_activation_fails": False}
+                                      "repaint_delay": 0.0, "strict_activation_fails": False,
+                                      "live_regions": False, "save_prompts": False}
     qinfo = qclient.get("/sim/info").json()
     assert set(qinfo) == {"simulation", "label", "width", "height", "snapshots", "devtools", "quirks",
                           "quirk_settings", "ready", "ready_in", "server_failsafe"}
     assert qinfo["quirks"] is True and qinfo["devtools"] is False and qinfo["ready"] is True
     assert qinfo["quirk_settings"] == {**SETTINGS, "failsafe": True, "action_fault_rate": 0.0, "fault_seed": 0,
-                                       "repaint_delay": 0.0, "strict_activation_fails": False} \
+                                       "repaint_delay": 0.0, "strict_activation_fails": False,
+                                       "live_regions": False, "save_prompts": True} \
         == quirk_sim.quirks.to_dict()
     assert qinfo["server_failsafe"] is True
 
@@ -249,6 +255,21 @@ def test_devtools_routes_refuse_with_501(client, method, route):
 # -- slow repaint and failing strict activation ----------------------------------------------------
 
 
+def _pixels(png: bytes) -> bytes:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as image:
+        return image.convert("RGB").tobytes()
+
+
+def _label(png: bytes) -> dict[str, str]:
+    """The simulation's label of a frame (PNG text chunks)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as image:
+        return dict(image.text)  # type: ignore[attr-defined]
+
+
 def test_slow_repaint_shows_the_old_screen_and_tree_until_the_delay_has_passed(tmp_path) -> None:
     handle = start_local_env(tmp_path / "root", quirks=True, quirk_settings={
         "ready_delay": 0, "accessibility_delay": 0, "launch_delay": 0, "repaint_delay": 0.6})
@@ -256,15 +277,19 @@ def test_slow_repaint_shows_the_old_screen_and_tree_until_the_delay_has_passed(t
         c = Client(handle.base_url)
         c.post("/setup/launch", json={"command": "notepad"})
         time.sleep(0.7)  # (setup is not an action: shown at once)
-        before = c.get("/screenshot").content
+        before = _pixels(c.get("/screenshot").content)
         assert c.pyautogui("pyautogui.write('late text')")["returncode"] == 0
         acted = time.monotonic()
-        assert notepad_text(c) == "" and c.get("/screenshot").content == before  # not repainted yet
+        shot = c.get("/screenshot").content
+        assert notepad_text(c) == "" and _pixels(shot) == before  # not repainted yet
+        assert _label(shot) == {"sim-actions-shown": "0", "sim-actions-run": "1"}  # the frame says it is stale
         assert c.pyautogui("pyautogui.write('!')")["returncode"] == 0  # another action re-arms it
         time.sleep(max(0.0, acted + 0.45 - time.monotonic()))
         assert notepad_text(c) == ""
         time.sleep(0.7)
-        assert notepad_text(c) == "late text!" and c.get("/screenshot").content != before
+        shot = c.get("/screenshot").content
+        assert notepad_text(c) == "late text!" and _pixels(shot) != before
+        assert _label(shot) == {"sim-actions-shown": "2", "sim-actions-run": "2"}
         assert c.get("/sim/info").json()["quirk_settings"]["repaint_delay"] == 0.6
     finally:
         handle.stop()

@@ -2,7 +2,11 @@
 
 Notepad keeps its text with ``\\n`` line ends and writes CRLF, UTF-8, as Windows 11 Notepad does.
 The caret is always at the end of the text; Ctrl+A selects everything so typing replaces it.
-Deviation: closing a modified document does not ask "Do you want to save?".
+Closing a document with unsaved changes asks "Do you want to save changes to ...?" (Save / Don't
+Save / Cancel) in a dialog of its own and stays open meanwhile, as Windows' Notepad does, when the
+desktop has save prompts on (quirks mode's ``save_prompts``); otherwise it closes at once.
+Deviation: Save on the prompt of an untitled document opens Save As and closes the prompt;
+Notepad then stays open (Windows' closes it once the file is saved).
 """
 
 from __future__ import annotations
@@ -22,8 +26,22 @@ class Notepad(Window):
         super().__init__(wid, rect)
         self.path = path  # Windows path of the document, None while untitled
         self.editor = EditState(text)
+        self.saved_text = text  # what the document holds on disk (or "" while untitled)
         self.menu_open = False
         self.focus = "editor"
+
+    @property
+    def modified(self) -> bool:
+        """Whether the text differs from what was last opened or saved."""
+        return self.editor.text != self.saved_text
+
+    def close(self, desk: Desktop) -> None:
+        """Close, or ask to save first (a prompt of its own) when the text is not saved and the
+        desktop has save prompts on."""
+        if desk.save_prompts and self.modified:
+            open_save_prompt(desk, self)
+            return
+        desk.remove_window(self)
 
     @property
     def title(self) -> str:
@@ -66,7 +84,7 @@ class Notepad(Window):
     def run_command(self, desk: Desktop, command: str) -> None:
         """Run a File menu command."""
         if command == "New":
-            self.path, self.editor = None, EditState()
+            self.path, self.editor, self.saved_text = None, EditState(), ""
         elif command == "Open...":
             open_file_dialog(desk, self, "open")
         elif command == "Save":
@@ -88,12 +106,14 @@ class Notepad(Window):
         data = self.editor.text.replace("\r\n", "\n").replace("\n", "\r\n").encode("utf-8")
         desk.fs.write_bytes(path, data)
         self.path = str(desk.fs.to_winpath(path))
+        self.saved_text = self.editor.text
 
     def load(self, desk: Desktop, path: WinPath) -> None:
         """Show a file's contents."""
         raw = desk.fs.read_bytes(path)
         text = raw.decode("utf-8-sig", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
         self.path, self.editor = str(desk.fs.to_winpath(path)), EditState(text)
+        self.saved_text = text
 
     def on_key(self, desk: Desktop, key: str, mods: frozenset[str]) -> None:
         if key == "escape":
@@ -223,6 +243,68 @@ class FileDialog(Window):
             return
         self.close(desk)
         desk.activate(owner)
+
+
+class SavePrompt(Window):
+    """Notepad's "Do you want to save changes to ...?" prompt, asked when a document with unsaved
+    changes is closed. Save (Enter) saves, Don't Save (N) closes Notepad without saving, Cancel
+    (Escape) keeps it open."""
+
+    cls_name = "#32770"
+
+    def __init__(self, wid: int, rect: tuple[int, int, int, int], owner: int, document: str) -> None:
+        super().__init__(wid, rect)
+        self.owner = owner
+        self.document = document
+        self.focus = "save"
+
+    @property
+    def title(self) -> str:
+        return "Notepad"
+
+    def controls(self, desk: Desktop) -> list[Control]:
+        x0, y0, x1, y1 = self.client_rect
+        return [
+            Control("Text", f"Do you want to save changes to {self.document}?", (x0 + 16, y0 + 16, x1 - 16, y0 + 44)),
+            Control("Button", "Save", (x1 - 330, y1 - 46, x1 - 230, y1 - 14), key="save"),
+            Control("Button", "Don't Save", (x1 - 222, y1 - 46, x1 - 122, y1 - 14), key="dont_save"),
+            Control("Button", "Cancel", (x1 - 114, y1 - 46, x1 - 16, y1 - 14), key="cancel"),
+        ]
+
+    def on_click(self, desk: Desktop, key: str, *, double: bool, button: str) -> None:
+        if key in ("save", "dont_save", "cancel"):
+            self.answer(desk, key)
+
+    def on_key(self, desk: Desktop, key: str, mods: frozenset[str]) -> None:
+        answers = {"enter": self.focus, "escape": "cancel", "n": "dont_save", "s": "save"}
+        if key in answers and (not mods or mods == {"alt"}):
+            self.answer(desk, answers[key])
+
+    def answer(self, desk: Desktop, choice: str) -> None:
+        """What the chosen button does."""
+        owner = desk.window(self.owner or -1)
+        desk.remove_window(self)
+        if not isinstance(owner, Notepad):
+            return
+        if choice == "dont_save":
+            desk.remove_window(owner)
+        elif choice == "save":
+            owner.save(desk)
+            if not owner.modified:
+                desk.remove_window(owner)
+
+
+def open_save_prompt(desk: Desktop, owner: Notepad) -> SavePrompt:
+    """Ask whether to save `owner`'s changes (one prompt at a time)."""
+    for w in desk.windows:
+        if isinstance(w, SavePrompt) and w.owner == owner.wid:
+            desk.activate(w)
+            return w
+    x0, y0 = owner.rect[0] + 120, owner.rect[1] + 140
+    name = "Untitled" if owner.path is None else parse_winpath(owner.path).name
+    prompt = SavePrompt(desk.new_wid(), (x0, y0, x0 + 460, y0 + 150), owner.wid, name)
+    desk.add_window(prompt)
+    return prompt
 
 
 def open_file_dialog(desk: Desktop, owner: Notepad, mode: str) -> FileDialog:
