@@ -37,6 +37,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "cli_startup": ["--runs", "3"],
     "adaptive_trials": ["--runs", "20"],
     "sim_render": ["--frames", "20"],
+    "prefect_workarounds": ["--runs", "2"],
 }
 
 
