@@ -16,7 +16,7 @@ what is wrong and the fix. Rules (their codes):
 - ``infeasible-fail-only``: an infeasible task whose evaluator a bare ``FAIL`` satisfies: an agent
   that always gives up scores it (WAA-V2 removed these tasks).
 - ``getter-reads-folder``: a ``vm_file`` getter whose path is a folder, known without a VM (one of
-  the user profile's own folders, a folder an earlier step creates, a path ending in ``\``): WAA's
+  the user profile's own folders, a folder an earlier step creates, a path ending in a backslash): WAA's
   ``/file`` answers 500 for it every time, so the task's evaluation can never succeed.
 - ``path-outside-folder``: a field that names a file on the evaluation host (a getter's ``dest``,
   a ``cache_file`` path, an ``execute`` step's ``stdout``, a download's cached name, a ``rule``

@@ -75,7 +75,7 @@ COMMANDS = [
     ["run"], ["localenv"], ["probe", "http://127.0.0.1:5000"], ["notify", "model-updated", "m"], ["status"],
     ["janitor"], ["pool", "up", "--provider", "aws", "--name", "n", "--size", "1"],
     ["pool", "status", "--provider", "aws", "--name", "n"], ["doctor", "--agent", "openai"], ["plan"],
-    ["report", "latest"], ["compare", "a", "b"], ["export", "r", "--out", "d"],
+    ["report", "latest"], ["compare", "a", "b"], ["history"], ["export", "r", "--out", "d"],
     ["demos", "build", "--from-run", "r", "--out", "d"], ["sql", "SELECT 1"], ["store", "migrate", "f.duckdb"],
     ["tasks", "list"], ["tasks", "coverage"], ["tasks", "lint", "d"], ["tasks", "new", "--list"], ["tasks", "stability"],
     ["image", "status", "n", "--provider", "aws"],
