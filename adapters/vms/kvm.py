@@ -40,19 +40,21 @@ Windows 11 image; see docs/kvm.md, not run on this project's machines).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import secrets
 import shutil
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from adapters.vms import kvm_host, kvm_image, kvm_net
+from adapters.vms import kvm_desktop, kvm_host, kvm_image, kvm_net
 from adapters.vms.base import OwnedResource, ProviderError, ResetLevel, VMHandle, VMProvider
 from adapters.vms.guest_reset import reboot_reset, snapshot_reset, take_baseline_snapshot
 from adapters.vms.kvm_qemu import (
@@ -74,11 +76,12 @@ from adapters.vms.qmp import validate_snapshot_name
 from adapters.waa.client import WAAClient, WAATimeouts
 from adapters.waa.errors import WAAError
 from adapters.waa.settle import SettlePolicy
+from adapters.whole_files import replace_text
 
 # A file written into the guest before each verified reset; the reset must make it disappear.
 RESET_CHECK_PATH = "C:\\Users\\Docker\\waa-arena-reset-check.txt"
 
-PRESETS: dict[str, dict[str, Any]] = {
+PRESETS: dict[str, Mapping[str, Any]] = {
     # The Debian guest (kvm_image.py): small, boots in ~10 s under TCG, runs the simulation.
     "debian-sim": {
         "machine": "pc-i440fx-7.2",
@@ -126,6 +129,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "reset_timeout_seconds": 300.0,
         "memory_overhead_mib": 1024,
     },
+    # A real Linux desktop (kvm_desktop.py, docs/desktop.md): Xvfb, openbox, Mousepad, PCManFM,
+    # LibreOffice and AT-SPI behind this product's WAA server for it; 1280 MiB, one vCPU. Its
+    # values name the built image in the cache, so they are read when the preset is used.
+    "debian-desktop": kvm_desktop.DesktopPreset(),
 }
 
 
@@ -134,7 +141,7 @@ class KVMSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    preset: Literal["debian-sim", "waa-windows11"] = "debian-sim"
+    preset: Literal["debian-sim", "waa-windows11", "debian-desktop"] = "debian-sim"
     accelerator: Literal["auto", "kvm", "tcg"] = "auto"
     allow_tcg: bool = False  # without a usable KVM, run under TCG emulation (slow) instead of refusing
     pvm_guest_kernel: bool = False  # /dev/kvm is PVM and the guest kernel is built for it
@@ -238,6 +245,37 @@ class _Template:
 
     def exists(self) -> bool:
         return self.state.is_file() and self.disk.is_file() and self.manifest.is_file()
+
+    def files(self) -> list[Path]:
+        """The saved files a VM starts from: the state, the disk layer, the firmware variables."""
+        return [self.state, self.disk] + ([self.uefi_vars] if self.uefi_vars.is_file() else [])
+
+    def checksums(self) -> dict[str, str]:
+        """SHA-256 of each saved file, by name (what the manifest records when it is saved)."""
+        return {path.name: _sha256(path) for path in self.files()}
+
+    def damaged(self) -> Path | None:
+        """The first saved file whose SHA-256 is not the one the manifest recorded, or None. A
+        manifest from before checksums were recorded gets them now (the files are taken as they
+        are, once)."""
+        manifest = json.loads(self.manifest.read_text())
+        recorded = manifest.get("sha256")
+        if not isinstance(recorded, dict):
+            manifest["sha256"] = self.checksums()
+            replace_text(self.manifest, json.dumps(manifest, indent=2))
+            return None
+        for path in self.files():
+            if recorded.get(path.name) != _sha256(path):
+                return path
+        return None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 @dataclass
@@ -409,10 +447,8 @@ class KVMProvider(VMProvider):
     def _ready_state(self, run_dir: RunDirectory) -> _Template:
         key = self.template_key()
         template = _Template(self._cache() / f"ready-{key}", key)
-        if template.exists():
-            return template
         with kvm_image.cache_lock(template.directory.with_suffix(".lock")):
-            if template.exists():
+            if template.exists() and self._sound(template):
                 return template
             self._log(f"kvm: booting the template VM to save its ready state (cache key {key}; once per version)")
             for stale in template.directory.parent.glob(template.directory.name + ".*.partial"):
@@ -427,6 +463,23 @@ class KVMProvider(VMProvider):
             finally:
                 shutil.rmtree(work, ignore_errors=True)
         return template
+
+    def _sound(self, template: _Template) -> bool:
+        """Whether the cached ready state is as it was saved (its files' SHA-256 against the
+        manifest's), checked before any VM starts from it. A damaged one is moved aside, named
+        in one line with what happens next (a new one is saved now), and False returned."""
+        try:
+            damaged = template.damaged()
+            why = f"{damaged} does not have the SHA-256 recorded when it was saved" if damaged else None
+        except (OSError, ValueError) as exc:  # an unreadable file or manifest is damaged too
+            why = f"{template.directory} cannot be read ({exc})"
+        if why is None:
+            return True
+        aside = template.directory.with_name(f"{template.directory.name}.damaged-{int(time.time())}")
+        os.replace(template.directory, aside)
+        self._log(f"kvm: the saved ready state is damaged: {why}; moved aside to {aside} (delete it) and saving a "
+                  f"new one now (one cold boot of the template VM)")
+        return False
 
     def _launch(self, run_dir: RunDirectory, name: str, spec: MachineSpec, paths: VMPaths, system_disk: Path,
                 incoming: Path | None = None) -> QemuProcess:
@@ -488,6 +541,7 @@ class KVMProvider(VMProvider):
             "boot_seconds": round(boot_seconds, 2), "save_seconds": round(save_seconds, 2),
             "state_bytes": partial.state.stat().st_size,
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "sha256": partial.checksums(),  # checked before every use (`_sound`)
         }, indent=2))
 
     # -- VMs --------------------------------------------------------------------------------------

@@ -127,9 +127,55 @@ class Recipe:
     image_size_mib: int = 1536
     init: str = BASE_INIT
 
+    def finish_tree(self, tree: Path, work: Path, log: Callable[[str], None]) -> None:
+        """More build steps on the installed tree (before the image is made); none here."""
+
+    def key(self) -> str:
+        """The base layer's cache key: the hash of every field."""
+        return digest(asdict(self))
+
 
 RECIPE = Recipe()
 KERNEL_APPEND = "console=ttyS0 root=/dev/vda rw init=/usr/sbin/waa-init quiet panic=5"
+
+
+@dataclass(frozen=True)
+class Guest:
+    """One kind of guest the kvm provider builds: its base recipe and what its code disk holds.
+
+    `debian-sim` (below) runs the simulation; `debian-desktop` (kvm_desktop.py) a real desktop.
+    Each has its own cache entries (`<prefix>base-KEY`, `<prefix>code-KEY.img`)."""
+
+    name: str
+    recipe: Recipe
+    code_files: tuple[str, ...]
+    code_trees: tuple[str, ...]
+    boot_script: str
+    prefix: str = ""
+
+    def base_dir_name(self) -> str:
+        return f"{self.prefix}base-{self.recipe.key()}"
+
+    def code_disk_name(self, key: str) -> str:
+        return f"{self.prefix}code-{key}.img"
+
+
+SIM = Guest("debian-sim", RECIPE, CODE_FILES, CODE_TREES, BOOT_SCRIPT)
+
+
+def guest(name: str = "debian-sim") -> Guest:
+    """The guest of a preset name (ImageError for a preset this module does not build)."""
+    if name == SIM.name:
+        return SIM
+    if name == "debian-desktop":
+        from adapters.vms import kvm_desktop
+
+        return kvm_desktop.DESKTOP
+    raise ImageError(f"no guest image recipe named {name!r} (known: debian-sim, debian-desktop)")
+
+
+def known_guests() -> list[Guest]:
+    return [guest(name) for name in ("debian-sim", "debian-desktop")]
 
 
 class ImageError(RuntimeError):
@@ -149,8 +195,8 @@ def digest(value: object) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def base_key() -> str:
-    return digest(asdict(RECIPE))
+def base_key(kind: Guest | None = None) -> str:
+    return (kind or SIM).recipe.key()
 
 
 @contextlib.contextmanager
@@ -192,10 +238,10 @@ class BaseImage:
         return all(p.is_file() for p in (self.golden, self.kernel, self.initrd, self.manifest))
 
 
-def base_image(cache: Path | None = None) -> BaseImage:
+def base_image(cache: Path | None = None, kind: Guest | None = None) -> BaseImage:
     """Where the base image of the current recipe is (or would be) cached."""
-    key = base_key()
-    return BaseImage((cache or cache_root()) / f"base-{key}", key)
+    kind = kind or SIM
+    return BaseImage((cache or cache_root()) / kind.base_dir_name(), kind.recipe.key())
 
 
 def _run(command: list[str], step: str, log: Callable[[str], None], **kwargs: object) -> str:
@@ -225,9 +271,11 @@ def _mirror() -> str:
 
 
 def build_base(cache: Path | None = None, *, mirror: str | None = None,
-               log: Callable[[str], None] = print) -> tuple[BaseImage, float | None]:
+               log: Callable[[str], None] = print, kind: Guest | None = None) -> tuple[BaseImage, float | None]:
     """Build the base image of the current recipe unless it is cached; (image, seconds or None)."""
-    image = base_image(cache)
+    kind = kind or SIM
+    recipe = kind.recipe
+    image = base_image(cache, kind)
     if image.exists():
         return image, None
     missing = [tool for tool, package in (("mmdebstrap", "mmdebstrap"), ("mke2fs", "e2fsprogs"),
@@ -244,9 +292,9 @@ def build_base(cache: Path | None = None, *, mirror: str | None = None,
         start = time.monotonic()
         work = Path(tempfile.mkdtemp(prefix="build-", dir=image.directory.parent))
         try:
-            _build_into(work, mirror or _mirror(), log)
+            _build_into(work, mirror or _mirror(), log, recipe)
             (work / "manifest.json").write_text(json.dumps({
-                "key": image.key, "recipe": asdict(RECIPE), "mirror": mirror or _mirror(),
+                "key": image.key, "guest": kind.name, "recipe": asdict(recipe), "mirror": mirror or _mirror(),
                 "packages": (work / "packages.txt").read_text().splitlines(),
                 "build_seconds": round(time.monotonic() - start, 1),
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -260,26 +308,27 @@ def build_base(cache: Path | None = None, *, mirror: str | None = None,
         return image, time.monotonic() - start
 
 
-def _build_into(work: Path, mirror: str, log: Callable[[str], None]) -> None:
+def _build_into(work: Path, mirror: str, log: Callable[[str], None], recipe: Recipe = RECIPE) -> None:
     tree = work / "tree"
-    command = ["mmdebstrap", "--quiet", f"--variant={RECIPE.variant}", "--include=" + ",".join(RECIPE.packages)]
-    command += [f"--dpkgopt=path-exclude={pattern}" for pattern in RECIPE.dpkg_excludes]
-    command += [RECIPE.suite, str(tree), mirror]
+    command = ["mmdebstrap", "--quiet", f"--variant={recipe.variant}", "--include=" + ",".join(recipe.packages)]
+    command += [f"--dpkgopt=path-exclude={pattern}" for pattern in recipe.dpkg_excludes]
+    command += [recipe.suite, str(tree), mirror]
     _run(command, "mmdebstrap", log, timeout=1800)
     # A small initramfs: only the virtio modules (5 MB instead of 14, and a faster boot).
     conf = tree / "etc/initramfs-tools"
     (conf / "conf.d").mkdir(parents=True, exist_ok=True)
     (conf / "conf.d/waa-arena.conf").write_text("MODULES=list\n")
     with open(conf / "modules", "a") as modules:
-        modules.write("\n".join(RECIPE.initramfs_modules) + "\n")
+        modules.write("\n".join(recipe.initramfs_modules) + "\n")
     _run(["chroot", str(tree), "update-initramfs", "-u", "-k", "all"], "update-initramfs", log, timeout=600)
     init = tree / "usr/sbin/waa-init"  # /sbin is a symlink on merged-/usr systems
-    init.write_text(BASE_INIT)
+    init.write_text(recipe.init)
     init.chmod(0o755)
     (tree / "etc/hostname").write_text("waa-guest\n")
     (tree / "opt/waa-arena").mkdir(parents=True, exist_ok=True)
     packages = _run(["chroot", str(tree), "dpkg-query", "-W", "-f", "${Package} ${Version}\\n"], "dpkg-query", log)
     (work / "packages.txt").write_text(packages)
+    recipe.finish_tree(tree, work, log)  # after the listing: it may add its own lines to it
     kernels = sorted((tree / "boot").glob("vmlinuz-*"))
     initrds = sorted((tree / "boot").glob("initrd.img-*"))
     if not kernels or not initrds:
@@ -288,7 +337,7 @@ def _build_into(work: Path, mirror: str, log: Callable[[str], None]) -> None:
     shutil.copy2(initrds[-1], work / "initrd.img")
     raw = work / "root.raw"
     _run(["mke2fs", "-q", "-t", "ext4", "-L", "waa-root", "-d", str(tree), str(raw),
-          f"{RECIPE.image_size_mib}M"], "mke2fs", log, timeout=600)
+          f"{recipe.image_size_mib}M"], "mke2fs", log, timeout=600)
     _run(["qemu-img", "convert", "-O", "qcow2", str(raw), str(work / "golden.qcow2")], "qemu-img convert", log,
          timeout=600)
     raw.unlink()
@@ -299,13 +348,17 @@ def _build_into(work: Path, mirror: str, log: Callable[[str], None]) -> None:
 # -- the code disk -----------------------------------------------------------------------------
 
 
-def code_files(repo_root: Path = _REPO_ROOT) -> dict[str, bytes]:
-    """Relative path -> content of every file the guest's code disk holds."""
-    files: dict[str, bytes] = {path: (repo_root / path).read_bytes() for path in CODE_FILES}
-    for tree in CODE_TREES:
-        for path in sorted((repo_root / tree).rglob("*.py")):
-            files[str(path.relative_to(repo_root))] = path.read_bytes()
-    files["boot.sh"] = BOOT_SCRIPT.encode()
+def code_files(repo_root: Path = _REPO_ROOT, kind: Guest | None = None) -> dict[str, bytes]:
+    """Relative path -> content of every file the guest's code disk holds (the simulation's
+    Python files; for the desktop every file of its server package but bytecode caches)."""
+    kind = kind or SIM
+    files: dict[str, bytes] = {path: (repo_root / path).read_bytes() for path in kind.code_files}
+    for tree in kind.code_trees:
+        pattern = "*.py" if kind is SIM else "*"
+        for path in sorted((repo_root / tree).rglob(pattern)):
+            if path.is_file() and "__pycache__" not in path.parts:
+                files[str(path.relative_to(repo_root))] = path.read_bytes()
+    files["boot.sh"] = kind.boot_script.encode()
     return files
 
 
@@ -317,10 +370,11 @@ def code_key(files: dict[str, bytes] | None = None) -> str:
     return hasher.hexdigest()[:16]
 
 
-def build_code_disk(cache: Path | None = None) -> Path:
+def build_code_disk(cache: Path | None = None, kind: Guest | None = None) -> Path:
     """The read-only code disk of the current source (built when missing: no root needed)."""
-    files = code_files()
-    target = (cache or cache_root()) / f"code-{code_key(files)}.img"
+    kind = kind or SIM
+    files = code_files(kind=kind)
+    target = (cache or cache_root()) / kind.code_disk_name(code_key(files))
     if target.is_file():
         return target
     if shutil.which("mke2fs") is None:
@@ -334,7 +388,9 @@ def build_code_disk(cache: Path | None = None) -> Path:
                 path = root / name
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(content)
-            (root / "boot.sh").chmod(0o755)
+            for name in files:  # scripts stay executable (boot.sh, the desktop's bin/)
+                if name == "boot.sh" or "/bin/" in name:
+                    (root / name).chmod(0o755)
             partial = Path(work) / "code.img"
             _run(["mke2fs", "-q", "-t", "ext4", "-L", "waa-code", "-E", "root_owner=0:0", "-d", str(root),
                   str(partial), "32M"], "mke2fs (code disk)", lambda _: None, timeout=120)
@@ -357,46 +413,65 @@ def _give_to_sudo_user(cache: Path) -> None:
 
 
 
-def _status(cache: Path) -> int:
-    image = base_image(cache)
+def _status(cache: Path, kind: Guest) -> int:
+    image = base_image(cache, kind)
     print(f"cache: {cache}")
     if image.exists():
         manifest = json.loads(image.manifest.read_text())
-        print(f"base image: {image.golden} (recipe {image.key}, {len(manifest.get('packages', []))} packages, "
-              f"built {manifest.get('built_at')} in {manifest.get('build_seconds')} s)")
+        print(f"{kind.name} base image: {image.golden} (recipe {image.key}, {len(manifest.get('packages', []))} "
+              f"packages, built {manifest.get('built_at')} in {manifest.get('build_seconds')} s)")
     else:
-        print(f"base image: not built for recipe {image.key} (python -m adapters.vms.kvm_image build)")
-    print(f"code disk: {cache / f'code-{code_key()}.img'} "
-          f"({'present' if (cache / f'code-{code_key()}.img').exists() else 'built on first use'})")
+        print(f"{kind.name} base image: not built for recipe {image.key} "
+              f"(python -m adapters.vms.kvm_image build --preset {kind.name})")
+    disk = cache / kind.code_disk_name(code_key(code_files(kind=kind)))
+    print(f"code disk: {disk} ({'present' if disk.exists() else 'built on first use'})")
     for ready in sorted(cache.glob("ready-*")):
         if not ready.is_dir() or ready.name.endswith(".partial"):
             continue
         info = ready / "manifest.json"
         detail = json.loads(info.read_text()) if info.exists() else {}
-        print(f"ready state: {ready.name} (code {detail.get('code_key')}, {detail.get('accelerator')}, "
-              f"{detail.get('qemu')}, template boot {detail.get('boot_seconds')} s)")
+        print(f"ready state: {ready.name} ({detail.get('preset')}, code {detail.get('code_key')}, "
+              f"{detail.get('accelerator')}, {detail.get('qemu')}, template boot {detail.get('boot_seconds')} s)")
     return 0 if image.exists() else 1
 
 
 def _prune(cache: Path) -> int:
-    """Remove ready states and code disks of other source versions, and other recipes' bases."""
-    keep_code = code_key()
-    keep_base = base_key()
+    """Remove ready states and code disks of other source versions, and other recipes' bases
+    (every guest kind's current ones are kept)."""
+    kinds = known_guests()
+    keep_bases = {kind.base_dir_name() for kind in kinds}
+    keep_codes = {kind.code_disk_name(code_key(code_files(kind=kind))) for kind in kinds}
+    keep_ready = {(base_key(SIM), code_key(code_files(kind=SIM)))}
     removed = 0
+    newest_other: dict[str, tuple[str, Path]] = {}  # preset -> (saved_at, ready state)
     for path in cache.glob("ready-*"):
         if not path.is_dir():
             continue
         manifest = path / "manifest.json"
         detail = json.loads(manifest.read_text()) if manifest.exists() else {}
-        if detail.get("code_key") != keep_code or detail.get("base_key") != keep_base:
+        preset = detail.get("preset") or "debian-sim"
+        if preset == "debian-sim":
+            if (detail.get("base_key"), detail.get("code_key")) not in keep_ready:
+                shutil.rmtree(path, ignore_errors=True)
+                removed += 1
+            continue
+        # Other presets' manifests do not name their layers: keep each preset's newest state.
+        saved = str(detail.get("saved_at") or "")
+        previous = newest_other.get(preset)
+        if previous is None or saved > previous[0]:
+            if previous is not None:
+                shutil.rmtree(previous[1], ignore_errors=True)
+                removed += 1
+            newest_other[preset] = (saved, path)
+        else:
             shutil.rmtree(path, ignore_errors=True)
             removed += 1
-    for path in cache.glob("code-*.img"):
-        if path.name != f"code-{keep_code}.img":
+    for path in list(cache.glob("code-*.img")) + list(cache.glob("*-code-*.img")):
+        if path.name not in keep_codes:
             path.unlink(missing_ok=True)
             removed += 1
-    for path in cache.glob("base-*"):
-        if path.is_dir() and path.name != f"base-{keep_base}":
+    for path in list(cache.glob("base-*")) + list(cache.glob("*-base-*")):
+        if path.is_dir() and path.name not in keep_bases:
             shutil.rmtree(path, ignore_errors=True)
             removed += 1
     print(f"removed {removed} cache entries of other versions from {cache}")
@@ -405,27 +480,32 @@ def _prune(cache: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m adapters.vms.kvm_image",
-                                     description="the Debian test guest of the kvm provider")
+                                     description="the guest images of the kvm provider")
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="build the base image (root, mmdebstrap) and the code disk, or reuse them")
     build.add_argument("--mirror", help="Debian mirror URL (default: the one apt uses here)")
-    sub.add_parser("status", help="what is cached")
+    status = sub.add_parser("status", help="what is cached")
+    for command in (build, status):
+        command.add_argument("--preset", default="debian-sim", choices=("debian-sim", "debian-desktop"),
+                             help="which guest (default debian-sim: the simulation; debian-desktop: a real desktop)")
     sub.add_parser("prune", help="remove cached layers of other recipes and source versions")
     args = parser.parse_args(argv)
     cache = cache_root()
     try:
-        if args.command == "status":
-            return _status(cache)
         if args.command == "prune":
             return _prune(cache)
-        image, seconds = build_base(cache, mirror=args.mirror, log=lambda line: print(line, file=sys.stderr))
-        code = build_code_disk(cache)
+        kind = guest(args.preset)
+        if args.command == "status":
+            return _status(cache, kind)
+        image, seconds = build_base(cache, mirror=args.mirror, log=lambda line: print(line, file=sys.stderr),
+                                    kind=kind)
+        code = build_code_disk(cache, kind)
         _give_to_sudo_user(cache)
     except ImageError as exc:
         print(f"kvm_image: error: {exc}", file=sys.stderr)
         return 1
     took = "cached" if seconds is None else f"built in {seconds:.1f} s"
-    print(f"base image {image.golden} ({took}); code disk {code}")
+    print(f"{kind.name} base image {image.golden} ({took}); code disk {code}")
     return 0
 
 
