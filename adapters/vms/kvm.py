@@ -84,16 +84,8 @@ RESET_CHECK_PATH = "C:\\Users\\Docker\\waa-arena-reset-check.txt"
 PRESETS: dict[str, Mapping[str, Any]] = {
     # The Debian guest (kvm_image.py): small, boots in ~10 s under TCG, runs the simulation.
     "debian-sim": {
-        "machine": "pc-i440fx-7.2",
+        **kvm_image.DEBIAN_VM,
         "memory_mib": 512,
-        "vcpus": 1,
-        "firmware": "kernel",
-        "disk_format": "qcow2",
-        "disk_bus": "virtio-blk",
-        "nic_model": "virtio-net-pci",
-        "guest_port": kvm_image.GUEST_PORT,
-        "devtools_port": None,
-        "vga": "none",
         "ready_timeout_seconds": 300.0,
         "start_timeout_seconds": 120.0,
         "reset_timeout_seconds": 120.0,

@@ -127,16 +127,7 @@ for word in $(cat /proc/cmdline); do
     esac
 done
 hostname waa-desktop
-ip link set lo up
-for dev in /sys/class/net/*; do
-    name="${dev##*/}"
-    [ "$name" = lo ] && continue
-    ip link set "$name" up
-    ip addr add 10.0.2.15/24 dev "$name"
-    ip route add default via 10.0.2.2 dev "$name"
-    break
-done
-mkdir -p /tmp/.X11-unix /run/user/1000 && chmod 1777 /tmp/.X11-unix
+""" + kvm_image.GUEST_NETWORK_SH + """mkdir -p /tmp/.X11-unix /run/user/1000 && chmod 1777 /tmp/.X11-unix
 chown 1000:1000 /run/user/1000 && chmod 700 /run/user/1000
 as_user="setpriv --reuid=1000 --regid=1000 --clear-groups"
 cd /opt/waa-arena
@@ -170,16 +161,8 @@ class DesktopPreset(Mapping[str, Any]):
     ValueError saying how to build it."""
 
     _STATIC: dict[str, Any] = {
-        "machine": "pc-i440fx-7.2",
+        **kvm_image.DEBIAN_VM,
         "memory_mib": 1280,
-        "vcpus": 1,
-        "firmware": "kernel",
-        "disk_format": "qcow2",
-        "disk_bus": "virtio-blk",
-        "nic_model": "virtio-net-pci",
-        "guest_port": kvm_image.GUEST_PORT,
-        "devtools_port": None,
-        "vga": "none",
         # The template's cold boot starts LibreOffice for the first time (its profile): minutes under TCG.
         "ready_timeout_seconds": 1200.0,
         "start_timeout_seconds": 180.0,

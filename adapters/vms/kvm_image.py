@@ -68,6 +68,32 @@ echo "waa-init: no code disk on /dev/vdb; halting" > /dev/console
 while true; do sleep 3600; done
 """
 
+# The guests' network, in their boot scripts: QEMU's user-mode network at fixed addresses.
+GUEST_NETWORK_SH = """ip link set lo up
+for dev in /sys/class/net/*; do
+    name="${dev##*/}"
+    [ "$name" = lo ] && continue
+    ip link set "$name" up
+    ip addr add 10.0.2.15/24 dev "$name"
+    ip route add default via 10.0.2.2 dev "$name"
+    break
+done
+"""
+
+# What every Debian guest's VM is, whatever it runs (the kvm provider's presets add memory,
+# timeouts and overheads): the kernel booted directly, virtio disks and network, no display.
+DEBIAN_VM: dict[str, object] = {
+    "machine": "pc-i440fx-7.2",
+    "vcpus": 1,
+    "firmware": "kernel",
+    "disk_format": "qcow2",
+    "disk_bus": "virtio-blk",
+    "nic_model": "virtio-net-pci",
+    "guest_port": GUEST_PORT,
+    "devtools_port": None,
+    "vga": "none",
+}
+
 # The code disk's boot script: the network (QEMU user-mode network, fixed addresses) and the
 # WAA environment, restarted whenever it exits, as WAA's own server is inside a Windows VM.
 # `waa.probe=vdX` on the kernel command line (which only the host sets) first runs probe.py from
@@ -83,16 +109,7 @@ for word in $(cat /proc/cmdline); do
     esac
 done
 hostname waa-guest
-ip link set lo up
-for dev in /sys/class/net/*; do
-    name="${dev##*/}"
-    [ "$name" = lo ] && continue
-    ip link set "$name" up
-    ip addr add 10.0.2.15/24 dev "$name"
-    ip route add default via 10.0.2.2 dev "$name"
-    break
-done
-if [ -n "$probe" ]; then
+""" + GUEST_NETWORK_SH + """if [ -n "$probe" ]; then
     mkdir -p /run/probe
     mount -t ext4 -o ro "/dev/$probe" /run/probe \\
         && PYTHONDONTWRITEBYTECODE=1 python3 /run/probe/probe.py > /dev/console 2>&1

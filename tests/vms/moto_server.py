@@ -18,6 +18,7 @@ from urllib.parse import parse_qs
 
 import requests
 from botocore.awsrequest import AWSResponse
+from machine_pace import scaled
 
 
 class MotoServer:
@@ -37,7 +38,9 @@ class MotoServer:
         self.reset()
 
     def reset(self) -> None:
-        response = requests.post(self.url + "/moto-api/reset", timeout=10)
+        # Resetting every service's backends in the server's own thread: seconds on a busy machine
+        # (10 s was overrun twice with two suites at once, load 12-15).
+        response = requests.post(self.url + "/moto-api/reset", timeout=scaled(10))
         response.raise_for_status()
 
     def stop(self) -> None:
