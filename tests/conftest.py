@@ -79,7 +79,8 @@ SCENARIO_MODULES = {
     "tests/deployments/test_prefect_states_server.py": 120, "tests/deployments/test_deployments_server.py": 115,
     "tests/flows/test_truthful_runs.py": 95, "tests/flows/test_concurrent_runs.py": 85,
     "tests/vms/test_kvm.py": 80, "tests/flows/test_faults.py": 80, "tests/vms/test_kvm_runs.py": 70,
-    "tests/vms/test_kvm_isolation.py": 25,
+    "tests/vms/test_kvm_isolation.py": 25, "tests/vms/test_desktop_guest.py": 160,
+    "tests/vms/test_kvm_saved_state.py": 45,
     "tests/waa/test_setup_coverage.py": 55, "tests/results/test_demos_from_run.py": 15,
     "tests/deployments/test_prefect_auth_server.py": 15,
 }
