@@ -165,6 +165,9 @@ def run_attempt(task: BenchmarkTask, vm: VMHandle, ctx: AttemptContext, attempt:
     ) -> BenchmarkResult:
         if (outcome is OutcomeKind.INFRASTRUCTURE_ERROR and not vm_ok) or unhealthy:
             vm.healthy = False
+            # The server's symptom ("cannot connect") with its cause when the provider knows it.
+            if error is not None and (down := ctx.provider.vm_down(vm)) is not None and down not in error:
+                error = f"{error} ({down})"
         data = base.model_dump() if base is not None else {}
         data.update(
             task_id=task.task_id,

@@ -153,6 +153,15 @@ class VMHandle:
         return fresh
 
 
+
+def how_it_ended(returncode: int | None) -> str:
+    """A VM's process as an infrastructure error's reason says it: "was killed by signal 9",
+    "exited with code 1" (Popen's returncode), or "has ended" when the code is not known."""
+    if returncode is None:
+        return "has ended"
+    return f"was killed by signal {-returncode}" if returncode < 0 else f"exited with code {returncode}"
+
+
 class VMProvider(abc.ABC):
     """Creates, resets and deletes VMs that run a WAA server."""
 
@@ -198,6 +207,12 @@ class VMProvider(abc.ABC):
 
     def supported_reset_levels(self) -> set[ResetLevel]:
         return {ResetLevel.SETUP}
+
+    def vm_down(self, vm: VMHandle) -> str | None:
+        """Why `vm` is known to be down (its process ended, and how), for an infrastructure
+        error's reason; None when it is not known to be down or this provider cannot tell.
+        Never raises: it only adds to a failure already being reported."""
+        return None
 
     @property
     def image_id(self) -> str | None:

@@ -607,6 +607,14 @@ class KVMProvider(VMProvider):
             raise ProviderError(f"kvm VM {vm.vm_id} is not one of this provider's VMs (deleted or never created)")
         return found
 
+    def vm_down(self, vm: VMHandle) -> str | None:
+        """QEMU's exit (code or signal) with the end of its log and console, when it has ended."""
+        with self._lock:
+            state = self._vms.get(vm.vm_id)
+        if state is None or state.process.alive():
+            return None
+        return state.process.exit_description()
+
     def reset(self, vm: VMHandle, level: ResetLevel) -> None:
         state = self._get(vm)
         if not state.process.alive():

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from adapters.vms.base import how_it_ended
 from adapters.vms.kvm_net import GuestForward, netdev_options
 from adapters.vms.qmp import QMPConnectionError, QMPError, qmp_client
 
@@ -246,7 +247,7 @@ class QemuProcess:
     def exit_description(self) -> str:
         """Why it is gone: its exit code and the end of its own log and of the serial console."""
         code = self.popen.poll()
-        how = "is running" if code is None else (f"was killed by signal {-code}" if code < 0 else f"exited with code {code}")
+        how = "is running" if code is None else how_it_ended(code)
         details = [f"QEMU of {self.name} {how}"]
         if log := tail(self.paths.qemu_log, 4):
             details.append(f"QEMU said: {log}")

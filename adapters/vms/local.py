@@ -14,7 +14,7 @@ from typing import Any
 import requests
 
 from adapters.process_dirs import process_dir
-from adapters.vms.base import ProviderError, ResetLevel, VMHandle, VMProvider
+from adapters.vms.base import ProviderError, ResetLevel, VMHandle, VMProvider, how_it_ended
 from adapters.waa.client import WAAClient
 from adapters.waa.localenv.launcher import LocalEnvHandle, start_local_env
 from adapters.waa.settle import SettlePolicy
@@ -103,6 +103,14 @@ class LocalSimulationProvider(VMProvider):
             details={"pid": process.pid},
             fresh=fresh,
         )
+
+    def vm_down(self, vm: VMHandle) -> str | None:
+        """The simulation's process and how it ended, when it has."""
+        with self._lock:
+            process = self._processes.get(vm.vm_id)
+        if process is None or process.alive():
+            return None
+        return f"the simulation of local VM {vm.vm_id} (pid {process.pid}) {how_it_ended(process.returncode())}"
 
     def reset(self, vm: VMHandle, level: ResetLevel) -> None:
         if level is ResetLevel.SETUP:

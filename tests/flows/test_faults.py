@@ -175,6 +175,10 @@ def test_vm_killed_mid_episode_is_retried_on_another_vm(
     # The victim: an infrastructure error on one VM, then a success on another.
     (a1, o1, vm1), (a2, o2, vm2) = attempts[victim]
     assert (a1, o1, a2, o2) == (1, "infrastructure_error", 2, "success") and vm1 != vm2
+    # The reason gives the cause beside the server's symptom: the VM's process and how it ended.
+    ((reason,),) = _rows(db, "SELECT reason FROM task_results WHERE run_id = 'faults-kill' AND task_id = ? "
+                         "AND attempt = 1", [victim])
+    assert f"(pid {killed[0]}) was killed by signal 9" in reason, reason
     steps_before_kill = _rows(
         db, "SELECT step_index, error FROM steps WHERE run_id = 'faults-kill' AND task_id = ? AND attempt = 1 "
         "ORDER BY step_index", [victim],

@@ -120,6 +120,7 @@ def test_killed_qemu_mid_episode_is_retried_on_a_replacement_vm(world: dict[str,
     assert status == "completed"
     killed = [r for r in rows if r[0] == tasks[0]]
     assert killed[0][2] == "infrastructure_error", rows
+    assert "was killed by signal 9" in killed[0][3], killed[0][3]  # the cause, not only the symptom
     print(f"the killed attempt: {killed[0][3]}")
     assert killed[-1][2] == "success" and killed[-1][4] != killed[0][4]  # finished on the replacement VM
     assert [r[2] for r in rows] == ["infrastructure_error", "success"]  # one final result, after one retry

@@ -60,6 +60,10 @@ class LocalEnvHandle:
         """True while the process runs."""
         return self._proc.poll() is None
 
+    def returncode(self) -> int | None:
+        """Its exit status once it has ended (negative: the signal that ended it), else None."""
+        return self._proc.poll()
+
     def stop(self, timeout: float = 5) -> None:
         """Terminate (SIGTERM), then kill if it has not exited within timeout seconds."""
         if self._proc.poll() is None:
