@@ -52,9 +52,17 @@ def writable_folder(folder: Path, option: str, named: Path | None = None) -> Non
     folder = folder.expanduser().absolute()
     missing = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".arena-write-check-"):
-            pass
+        for tries_left in range(4, -1, -1):
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                with tempfile.NamedTemporaryFile(dir=folder, prefix=".arena-write-check-"):
+                    pass
+                break
+            except FileNotFoundError:
+                # Another run's check, started at the same moment, undid the folder both had just
+                # made (three `arena run` at once into a new results/ folder): make it again.
+                if not tries_left:
+                    raise
     except OSError as exc:
         raise ValueError(f"{option} {(named or folder).expanduser()}: cannot write there ({exc.strerror or exc}); "
                          "give a folder this user can write") from None

@@ -624,15 +624,17 @@ class ResultStore:
         a lock another process holds past `wait_seconds`) is raised at once, as before: its
         writers (the recorder) wait in their own way, and a lost connection is not among its
         failures."""
-        if self._server_url is None or not self._connected_once:
-            return call()  # never connected: a wrong address or password, said at once
+        if self._server_url is None:
+            return call()
         deadline = time.monotonic() + self._reconnect_seconds
         delay = 0.0  # a dropped connection is usually replaced at once
         while True:
             try:
                 return call()
             except StoreUnavailable:
-                if self._closed or time.monotonic() + delay > deadline:
+                # Never connected (asked after the call: its own first connection counts, then
+                # lost): a wrong address or password, said at once.
+                if not self._connected_once or self._closed or time.monotonic() + delay > deadline:
                     raise
                 time.sleep(delay)
                 delay = min(max(delay * 2, 0.5), 5.0)

@@ -152,7 +152,7 @@ def _run_checked(args: argparse.Namespace, config: SuiteRunConfig, rerun: str, s
 
     from adapters import import_gc
     from adapters.results.report_html import ReportError
-    from adapters.store.errors import StoreUnavailable, error_text
+    from adapters.store.errors import StoreError, StoreUnavailable, error_text
     from adapters.store.spool import spool_dir
     from flows.evaluate_suite import run_suite
     from flows.local_server import LocalServerError, use_api
@@ -218,8 +218,9 @@ def _run_checked(args: argparse.Namespace, config: SuiteRunConfig, rerun: str, s
     try:
         html = report.path(outcome.run_id)
         print(f"HTML report: {html.resolve()} (in the terminal: {report_command(args, outcome.run_id)})")
-    except ReportError as exc:
-        # The results are stored: the exit status stays the run's; the report can be written later.
+    except (ReportError, StoreError) as exc:
+        # The results are stored: the exit status stays the run's; the report can be written later
+        # (a store that failed while the report read it, too).
         print(f"arena: warning: {exc}; write it again with: {report_command(args, outcome.run_id)}", file=sys.stderr)
     code = RUN_EXIT_CODES.get(outcome.status, EXIT_FAILED)
     if code:
