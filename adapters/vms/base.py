@@ -153,7 +153,6 @@ class VMHandle:
         return fresh
 
 
-
 def how_it_ended(returncode: int | None) -> str:
     """A VM's process as an infrastructure error's reason says it: "was killed by signal 9",
     "exited with code 1" (Popen's returncode), or "has ended" when the code is not known."""
