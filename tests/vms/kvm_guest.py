@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -33,3 +36,22 @@ def qemu_under(path: Path) -> list[psutil.Process]:
         except psutil.Error:
             pass
     return found
+
+
+@contextlib.contextmanager
+def arena_world(prefix: str, kvm_settings: str) -> Iterator[dict[str, Path]]:
+    """A folder in /tmp for `arena run`s on kvm VMs: the `[kvm]` config (`kvm_settings` lines plus
+    the VMs' runtime folder), a seeded Prefect home whose server is stopped at the end."""
+    from prefect_home import seeded_home
+
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    runtime = root / "vms"
+    config = root / "arena.toml"
+    config.write_text(f'[kvm]\n{kvm_settings}runtime_dir = "{runtime}"\n')
+    try:
+        yield {"root": root, "runtime": runtime, "config": config, "prefect": seeded_home(root / "prefect")}
+    finally:
+        from flows.local_server import stop_server
+
+        stop_server(root / "prefect")
+        shutil.rmtree(root, ignore_errors=True)

@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,8 +24,8 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/vms has no __init__.py
 
-from kvm_guest import qemu_under  # noqa: E402
-from prefect_home import SEEDED_SERVER_SETTINGS, seeded_home  # noqa: E402
+from kvm_guest import arena_world, qemu_under  # noqa: E402
+from prefect_home import SEEDED_SERVER_SETTINGS  # noqa: E402
 
 from adapters.benchmark import ActionType, BenchmarkAction, BenchmarkTask  # noqa: E402
 from adapters.vms import kvm_image  # noqa: E402
@@ -51,15 +50,8 @@ pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_rea
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[dict[str, Path]]:
-    root = Path(tempfile.mkdtemp(prefix="wdg-", dir="/tmp"))
-    runtime = root / "vms"
-    config = root / "arena.toml"
-    config.write_text(f'[kvm]\npreset = "debian-desktop"\nallow_tcg = true\nruntime_dir = "{runtime}"\n')
-    yield {"root": root, "runtime": runtime, "config": config, "prefect": seeded_home(root / "prefect")}
-    from flows.local_server import stop_server
-
-    stop_server(root / "prefect")
-    shutil.rmtree(root, ignore_errors=True)
+    with arena_world("wdg-", 'preset = "debian-desktop"\nallow_tcg = true\n') as world:
+        yield world
 
 
 def test_one_real_task_end_to_end(world: dict[str, Path]) -> None:

@@ -10,11 +10,9 @@ runtime directory whose contents are checked after each run.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,8 +23,8 @@ from machine_pace import scaled
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/vms has no __init__.py
 
-from kvm_guest import qemu_under, skip_reason  # noqa: E402
-from prefect_home import SEEDED_SERVER_SETTINGS, seeded_home  # noqa: E402
+from kvm_guest import arena_world, qemu_under, skip_reason  # noqa: E402
+from prefect_home import SEEDED_SERVER_SETTINGS  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,16 +34,9 @@ pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reaso
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[dict[str, Path]]:
-    root = Path(tempfile.mkdtemp(prefix="wkr-", dir="/tmp"))
-    runtime = root / "vms"
-    config = root / "arena.toml"
     # TCG is allowed: these machines' KVM is PVM (on a host with a usable KVM, KVM is used).
-    config.write_text(f'[kvm]\nallow_tcg = true\nruntime_dir = "{runtime}"\n')
-    yield {"root": root, "runtime": runtime, "config": config, "prefect": seeded_home(root / "prefect")}
-    from flows.local_server import stop_server
-
-    stop_server(root / "prefect")
-    shutil.rmtree(root, ignore_errors=True)
+    with arena_world("wkr-", 'allow_tcg = true\n') as world:
+        yield world
 
 
 def arena_run(world: dict[str, Path], run_id: str, *args: str) -> subprocess.Popen[str]:
